@@ -1,0 +1,1 @@
+"""The `specdec` command line: thin Typer commands over the pipeline stages."""

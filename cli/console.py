@@ -1,0 +1,110 @@
+"""Consoles, logging and the single error mapper of the CLI."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgressBar
+
+from specdec.pipeline.errors import SpecdecError
+
+out = Console()
+err = Console(stderr=True)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("SPECDEC_DEBUG", "") not in ("", "0")
+
+
+def refresh_width() -> None:
+    """Honour COLUMNS per invocation: rich reads it only when a Console is created."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        out.width = err.width = int(columns)
+
+
+def setup_logging(verbose: bool) -> None:
+    # Third-party libraries (torch.onnx, onnx_ir, ...) log a lot at INFO; only specdec's own
+    # messages follow --verbose, theirs appear with SPECDEC_DEBUG=1.
+    logging.basicConfig(
+        level=logging.DEBUG if debug_enabled() else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=err, show_path=False, show_time=False)],
+        force=True,
+    )
+    own = logging.DEBUG if debug_enabled() else logging.INFO if verbose else logging.WARNING
+    logging.getLogger("specdec").setLevel(own)
+    if not debug_enabled():
+        # torch.onnx warns about optional torchvision ops on every export; not actionable here.
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def guarded(command: F) -> F:
+    """Map SpecdecError to one line on stderr and its exit code; Ctrl-C to exit 130."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except SpecdecError as exc:
+            if debug_enabled():
+                err.print(traceback.format_exc(), markup=False, highlight=False)
+            err.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            err.print("[yellow]interrupted[/]: partial output was removed")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+class _RichTask:
+    def __init__(self, bar: RichProgressBar, task_id: Any) -> None:
+        self.bar = bar
+        self.task_id = task_id
+
+    def advance(self, steps: int = 1) -> None:
+        self.bar.advance(self.task_id, steps)
+
+    def describe(self, description: str) -> None:
+        self.bar.update(self.task_id, description=description)
+
+
+class RichProgress:
+    """`specdec.pipeline.progress.Progress` drawn with rich on stderr."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+
+    @contextmanager
+    def task(self, description: str, total: int | None = None) -> Iterator[_RichTask]:
+        bar = RichProgressBar(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+            disable=not (self.enabled and err.is_terminal),
+        )
+        with bar:
+            task_id = bar.add_task(description, total=total)
+            yield _RichTask(bar, task_id)
+        if self.enabled:
+            err.print(f"[green]✓[/] {description}")

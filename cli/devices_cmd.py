@@ -1,0 +1,103 @@
+"""`specdec devices`: what adb sees, and whether each device can run the benchmark."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from specdec.cli.console import err, out
+from specdec.pipeline.devices.adb import AdbDevice
+from specdec.pipeline.devices.adb_client import STATE_FIXES, AdbDeviceEntry
+from specdec.pipeline.devices.base import DeviceInfo
+from specdec.pipeline.devices.registry import list_adb_devices
+from specdec.pipeline.errors import DeviceError
+
+
+def _probe(entry: AdbDeviceEntry, python: str, host: str | None, port: int | None) -> dict[str, Any]:
+    row: dict[str, Any] = {"serial": entry.serial, "state": entry.state, "model": entry.model,
+                           "info": None, "error": None}
+    if entry.state != "device":
+        row["error"] = STATE_FIXES.get(entry.state, "check `adb devices -l` and reconnect it")
+        return row
+    try:
+        info = AdbDevice(serial=entry.serial, adb_host=host, adb_port=port).info(python)
+    except DeviceError as exc:  # one broken device must not hide the others
+        row["error"] = exc.one_line()
+        return row
+    row["info"] = info
+    return row
+
+
+def _python_cell(info: DeviceInfo) -> str:
+    status = info.python
+    if status is None:
+        return "-"
+    if status.usable:
+        return f"[green]ok[/] python {status.version}, numpy {status.numpy}, onnxruntime {status.onnxruntime}"
+    return f"[red]missing[/] {escape(', '.join(status.missing))}"
+
+
+def _charging_cell(info: DeviceInfo) -> str:
+    if info.charging is None:
+        return "-"
+    text = "yes" if info.charging else "no"
+    return f"{text} ({info.charging_source})" if info.charging_source else text
+
+
+def render(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="adb devices", title_justify="left")
+    columns = ("serial", "state", "model", "Android", "ABI", "battery", "charging", "python / numpy / onnxruntime")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        info: DeviceInfo | None = row["info"]
+        if info is None:
+            detail = f"[red]{escape(row['error'])}[/]" if row["error"] else "-"
+            table.add_row(escape(row["serial"]), row["state"], escape(row["model"] or "-"), "-", "-", "-", "-",
+                          detail)
+            continue
+        battery = f"{info.battery_level}%" if info.battery_level is not None else "-"
+        table.add_row(escape(info.serial), row["state"], escape(info.model), info.android_version or "-",
+                      info.abi or "-", battery, _charging_cell(info), _python_cell(info))
+    out.print(table)
+
+
+def _as_json(row: dict[str, Any]) -> dict[str, Any]:
+    info: DeviceInfo | None = row["info"]
+    data = {**row, "info": dataclasses.asdict(info) if info else None}
+    if info is not None and info.python is not None:
+        data["python_usable"] = info.python.usable
+        data["python_missing"] = info.python.missing
+    return data
+
+
+def devices(
+    serial: str = typer.Option(None, "--serial", "-s", help="Only this device (as `adb devices` lists it)."),
+    adb_host: str = typer.Option(None, "-H", "--adb-host", help="Host of a remote adb server (device farm)."),
+    adb_port: int = typer.Option(None, "-P", "--adb-port", help="Port of the adb server (default 5037)."),
+    python: str = typer.Option(
+        "python3", "--python", help="Python to check on the device, e.g. /data/local/tmp/python/bin/python3."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List what adb sees: model, Android, ABI, battery and whether Python/numpy/onnxruntime are usable."""
+    entries = list_adb_devices(adb_host=adb_host, adb_port=adb_port)
+    if serial:
+        listed = ", ".join(e.serial for e in entries) or "none"
+        entries = [e for e in entries if e.serial == serial]
+        if not entries:
+            raise DeviceError(f"device '{serial}' is not attached (attached: {listed})",
+                              f"check `adb devices -l`; for a network device run `adb connect {serial}`")
+    rows = [_probe(entry, python, adb_host, adb_port) for entry in entries]
+    if as_json:
+        out.print_json(json.dumps([_as_json(row) for row in rows], default=str))
+        return
+    if not rows:
+        err.print("no devices attached — plug one in with USB debugging on, or `adb connect HOST:PORT`",
+                  soft_wrap=True)
+        return
+    render(rows)

@@ -1,0 +1,81 @@
+"""`specdec generate BUNDLE --prompt TEXT | --prompts FILE.jsonl --output OUT.jsonl`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from specdec.cli.console import RichProgress, err, out
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.generate import Generator, PromptItem, load_prompts, write_jsonl
+from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
+
+
+def _stats_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+    table = Table(title="generation statistics", title_justify="left")
+    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α", "TTFT ms", "total ms", "tok/s", "stop")
+    for column in columns:
+        table.add_column(column, justify="right" if column not in ("prompt", "stop") else "left")
+    for prompt_id, s in rows:
+        rate = s["new_tokens"] / (s["total_ms"] / 1e3) if s["total_ms"] else 0.0
+        table.add_row(prompt_id, str(s["new_tokens"]), str(s["rounds"]), f"{s['mean_accepted_len']:.2f}",
+                      f"{s['acceptance_rate']:.2f}", f"{s['ttft_ms']:.1f}", f"{s['total_ms']:.1f}", f"{rate:.1f}",
+                      s["stop_reason"])
+    return table
+
+
+def generate(
+    bundle: Path = typer.Argument(..., help="Bundle directory (any stage)."),
+    prompt: str = typer.Option(None, "--prompt", "-p", help="Text to continue; streamed to the terminal."),
+    prompts: Path = typer.Option(None, "--prompts", help="JSONL file: lines with 'id' and 'text' or 'input_ids'."),
+    output: Path = typer.Option(None, "--output", "-o", help="JSONL file to write replies to (with --prompts)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n", help="Tokens to generate at most."),
+    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples."),
+    top_k: int = typer.Option(0, "--top-k", help="Keep the k most likely tokens (0 disables)."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1 disables)."),
+    seed: int = typer.Option(0, help="Seed of the Philox generator (reproducible across machines)."),
+    mode: VerifyMode = typer.Option(None, help="Verification: greedy (temperature 0), match or rrs (sampling)."),
+    tree_budget: int = typer.Option(16, "--tree-budget", help="Tree nodes verified per round, root included."),
+    depth: int = typer.Option(6, help="Draft tree depth limit."),
+    width: int = typer.Option(4, help="Frontier nodes the draft expands per level."),
+    no_speculation: bool = typer.Option(False, "--no-speculation", help="Plain decoding with the target only."),
+    truncate: bool = typer.Option(False, "--truncate", help="Keep the end of prompts longer than the context."),
+    threads: int = typer.Option(0, help="onnxruntime intra-op threads (0 = all cores)."),
+    stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
+) -> None:
+    """Stream text with speculative decoding from any bundle."""
+    if (prompt is None) == (prompts is None):
+        raise InputError("pass exactly one of --prompt TEXT or --prompts FILE.jsonl", "see `specdec generate --help`")
+    if prompts is not None and output is None:
+        raise InputError("--prompts needs --output FILE.jsonl", "say where the replies go")
+    config = DecodeConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                          seed=seed, mode=mode, speculative=not no_speculation, tree_budget=tree_budget,
+                          depth=depth, width=width)
+    generator = Generator(bundle, threads=threads)
+    rows: list[tuple[str, dict[str, Any]]] = []
+    if prompt is not None:
+        out.print(prompt, end="", style="dim", highlight=False)
+        reply, _ = generator.run(PromptItem("prompt", text=prompt), config, truncate=truncate,
+                                 on_text=lambda text: out.print(text, end="", highlight=False, markup=False))
+        out.print()
+        rows.append(("prompt", reply.as_dict()))
+        if reply.stop_reason == "max_context":
+            err.print(f"[yellow]stopped[/]: the bundle's context of {generator.engine.max_context} tokens is full")
+    else:
+        items = load_prompts(prompts)
+        records = []
+        with RichProgress().task("generating", total=len(items)) as task:
+            for record in generator.run_all(items, config, truncate=truncate):
+                records.append(record)
+                rows.append((record["id"], record["stats"]))
+                task.advance()
+        write_jsonl(records, output)
+        full = [r["id"] for r in records if r["stats"]["stop_reason"] == "max_context"]
+        if full:
+            err.print(f"[yellow]note[/]: {len(full)} replies stopped at the context limit ({', '.join(full[:5])})")
+        err.print(f"wrote {len(records)} replies to [bold]{output}[/]")
+    if stats:
+        err.print(_stats_table(rows))

@@ -1,0 +1,75 @@
+"""`specdec inspect BUNDLE`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from specdec.cli.console import out
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.summary import summarize
+
+
+def human_bytes(size: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    return f"{size:.1f} GB"
+
+
+def _shape(shape: list[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def render(summary: dict[str, Any]) -> None:
+    out.print(f"[bold]{summary['path']}[/]  schema {summary['schema_version']}, specdec {summary['tool_version']}, "
+              f"stages: {' → '.join(summary['stages'])}, {human_bytes(summary['total_bytes'])}")
+    graphs = Table(title="graphs", title_justify="left")
+    for column in ("role", "file", "architecture", "dtype", "layers", "kv heads × dim", "vocab", "params", "size"):
+        graphs.add_column(column)
+    for role, g in summary["graphs"].items():
+        graphs.add_row(role, g["file"], g["architecture"], g["dtype"], str(g["num_layers"]),
+                       f"{g['num_kv_heads']} × {g['head_dim']}", str(g["vocab_size"]),
+                       f"{g['parameters'] / 1e6:.2f} M", human_bytes(g["bytes"]))
+    out.print(graphs)
+    for role, g in summary["graphs"].items():
+        io = Table(title=f"{role} inputs / outputs", title_justify="left")
+        for column in ("", "name", "dtype", "shape"):
+            io.add_column(column)
+        for kind in ("inputs", "outputs"):
+            for row in g[kind]:
+                io.add_row(kind[:-1], row["name"], row["dtype"], _shape(row["shape"]))
+        out.print(io)
+    tok = summary["tokenizer"]
+    out.print(f"tokenizer: {tok['vocab_size']} tokens, eos {tok['eos_token_ids']}, bos {tok['bos_token_id']}, "
+              f"pad {tok['pad_token_id']}")
+    lineage = Table(title="lineage", title_justify="left")
+    for column in ("stage", "created", "specdec", "config", "fingerprint"):
+        lineage.add_column(column)
+    for entry in summary["lineage"]:
+        lineage.add_row(entry["stage"], entry["created"], entry["tool_version"],
+                        json.dumps(entry["config"], sort_keys=True), entry["fingerprint"][:12])
+    out.print(lineage)
+    validation = summary["reports"].get("export", {}).get("validation")
+    if isinstance(validation, dict):
+        for role, report in validation.items():
+            worst = max(report["checks"], key=lambda c: c["max_abs_diff"])
+            out.print(f"validation {role}: passed, worst {worst['case']}/{worst['output']} "
+                      f"max |diff| {worst['max_abs_diff']:.2g}")
+
+
+def inspect(
+    bundle: Path = typer.Argument(..., help="Bundle directory."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer."""
+    summary = summarize(Bundle.load(bundle))
+    if as_json:
+        out.print_json(json.dumps(summary, default=str))
+    else:
+        render(summary)

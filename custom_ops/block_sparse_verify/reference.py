@@ -1,0 +1,188 @@
+"""Numpy reference of BlockSparseVerify. Torch-free: the device runtime calls it directly.
+
+The tree is given by parent indices (node 0 is the root: the last committed token, fed to the
+target with the drafts). For each node the target's choice y is computed once — argmax
+(`greedy`) or an inverse-CDF draw with the node's uniform (`match`) — and the accepted path is
+the walk from the root that descends, at each node, into the lowest-index child whose token
+equals y. No per-path copies of anything are made. `next_token` is y at the deepest accepted
+node, so a round always emits `accepted_len` tokens.
+
+`match` is exact sampling from the target for any tree (DESIGN §4). `rrs` (recursive rejection
+sampling over children drawn without replacement) needs the draft's distributions and stays on
+the host: `verify_rrs`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import numpy as np
+
+from specdec.custom_ops import numerics
+from specdec.custom_ops.schema import OpSchema, Port
+
+
+class Mode(enum.IntEnum):
+    greedy = 0
+    match = 1
+    rrs = 2
+
+
+MODES = {mode.name: mode for mode in Mode}
+
+SCHEMA = OpSchema(
+    name="BlockSparseVerify",
+    inputs=(
+        Port("logits", "float", ("n", "vocab")),
+        Port("tree_tokens", "int64", ("n",)),
+        Port("tree_parent", "int64", ("n",), "-1 for the root, node 0"),
+        Port("tree_depth", "int64", ("n",)),
+        Port("uniforms", "double", ("n", "r"), "U[0,1) per node; column 0 drives the match draw"),
+        Port("temperature", "float", ()),
+        Port("mode", "int64", (), "0 greedy, 1 match"),
+        Port("top_k", "int64", (), "0 disables"),
+        Port("top_p", "float", (), "1 disables"),
+    ),
+    outputs=(
+        Port("accepted", "int64", ("n",), "node indices of the accepted path from the root, -1 padded"),
+        Port("accepted_len", "int64", (), "number of accepted nodes including the root"),
+        Port("next_token", "int64", (), "the target's token after the deepest accepted node"),
+    ),
+    attributes={},
+)
+
+_F32 = np.float32
+
+
+def target_probs(logits: np.ndarray, temperature: float, top_k: int = 0, top_p: float = 1.0) -> np.ndarray:
+    """The target's sampling distribution: temperature, then top-k, then top-p (as in HF generate).
+
+    top-k keeps every logit >= the k-th largest (ties kept); top-p drops, in ascending order,
+    the tokens whose cumulative probability stays <= 1 - top_p, always keeping the largest.
+    """
+    x = numerics.scale(logits, temperature)
+    vocab = x.shape[-1]
+    if 0 < top_k < vocab:
+        kth = -np.partition(-x, top_k - 1, axis=-1)[:, top_k - 1 : top_k]
+        x = np.where(x < kth, -np.inf, x).astype(_F32)
+    if top_p < 1.0:
+        order = np.argsort(x, axis=-1, kind="stable")
+        ascending = np.take_along_axis(x, order, axis=-1)
+        probs = numerics.softmax(ascending)
+        # 1 - top_p in float32 arithmetic, exactly as the ONNX function computes it
+        drop = np.cumsum(probs, axis=-1, dtype=_F32) <= _F32(1.0) - _F32(top_p)
+        drop[:, -1] = False
+        removed = np.zeros_like(drop)
+        np.put_along_axis(removed, order, drop, axis=-1)
+        x = np.where(removed, -np.inf, x).astype(_F32)
+    return numerics.softmax(x)
+
+
+def sample_token(probs: np.ndarray, uniform: float) -> int:
+    """Inverse-CDF draw: the first token whose cumulative mass exceeds u * total.
+
+    Strictly greater, so a zero-probability token is never drawn; the CDF is accumulated in
+    float64 so the result does not depend on summation order at float32 resolution.
+    """
+    cdf = np.cumsum(np.asarray(probs, np.float64))
+    threshold = float(uniform) * cdf[-1]
+    index = int(np.searchsorted(cdf, threshold, side="right"))
+    if index >= len(cdf):  # u * total rounded up to total: take the last token with mass
+        index = int(np.flatnonzero(np.asarray(probs) > 0)[-1])
+    return index
+
+
+def node_choices(logits: np.ndarray, uniforms: np.ndarray, temperature: float, mode: int,
+                 top_k: int, top_p: float) -> np.ndarray:
+    """The target's token at every node: argmax (greedy, or any mode at temperature 0) or a draw."""
+    if mode == Mode.greedy or temperature <= 0:
+        greedy: np.ndarray = np.argmax(np.asarray(logits), axis=-1).astype(np.int64)
+        return greedy
+    probs = target_probs(logits, temperature, top_k, top_p)
+    return np.array([sample_token(probs[i], uniforms[i, 0]) for i in range(len(probs))], np.int64)
+
+
+def walk(tokens: np.ndarray, parents: np.ndarray, choice: np.ndarray) -> list[int]:
+    """Accepted path: from the root, descend into the lowest-index child whose token is the choice."""
+    path = [0]
+    while True:
+        node = path[-1]
+        children = np.flatnonzero((parents == node) & (tokens == choice[node]))
+        if children.size == 0:
+            return path
+        path.append(int(children[0]))
+
+
+def block_sparse_verify(
+    logits: np.ndarray,
+    tree_tokens: np.ndarray,
+    tree_parent: np.ndarray,
+    tree_depth: np.ndarray,
+    uniforms: np.ndarray,
+    temperature: float,
+    mode: int,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> tuple[np.ndarray, int, int]:
+    if mode not in (Mode.greedy, Mode.match):
+        raise ValueError(f"BlockSparseVerify handles greedy and match; mode {mode} runs on the host (verify_rrs)")
+    tokens = np.asarray(tree_tokens, np.int64)
+    parents = np.asarray(tree_parent, np.int64)
+    choice = node_choices(logits, np.atleast_2d(uniforms), temperature, mode, top_k, top_p)
+    path = walk(tokens, parents, choice)
+    accepted = np.full(len(tokens), -1, np.int64)
+    accepted[: len(path)] = path
+    return accepted, len(path), int(choice[path[-1]])
+
+
+def verify_rrs(
+    logits: np.ndarray,
+    tree_tokens: np.ndarray,
+    tree_parent: np.ndarray,
+    draft_ids: np.ndarray,
+    draft_logprob: np.ndarray,
+    uniforms: np.ndarray,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> tuple[np.ndarray, int, int]:
+    """Recursive rejection sampling over siblings drawn without replacement (DESIGN §4).
+
+    `draft_ids[i], draft_logprob[i]` is the draft's distribution at node i from which node i's
+    children were drawn, in the order they were drawn (the tree order of the children). Sibling
+    j is tested against q_j, the draft distribution with the earlier siblings removed and
+    renormalised: accept with min(1, p(x)/q_j(x)), else p <- norm(max(p - q_j, 0)). When every
+    sibling fails (or a node has none) the next token is drawn from the residual p.
+    `uniforms[i, j]` drives test j at node i; column `children` drives the residual draw.
+    """
+    tokens = np.asarray(tree_tokens, np.int64)
+    parents = np.asarray(tree_parent, np.int64)
+    probs = target_probs(logits, temperature, top_k, top_p).astype(np.float64)
+    path = [0]
+    while True:
+        node = path[-1]
+        p = probs[node].copy()
+        q = np.zeros_like(p)
+        valid = draft_ids[node] >= 0
+        q[draft_ids[node][valid]] = np.exp(draft_logprob[node][valid].astype(np.float64))
+        children = np.flatnonzero(parents == node)
+        chosen = -1
+        for slot, child in enumerate(children):
+            total = q.sum()
+            if total <= 0:
+                break
+            q_j = q / total
+            x = tokens[child]
+            if uniforms[node, slot] * q_j[x] < p[x]:
+                chosen = int(child)
+                break
+            residual = np.maximum(p - q_j, 0.0)
+            if residual.sum() > 0:  # p == q_j exactly would have accepted; guard rounding
+                p = residual / residual.sum()
+            q[x] = 0.0
+        if chosen < 0:
+            next_token = sample_token(p, uniforms[node, len(children)])
+            accepted = np.full(len(tokens), -1, np.int64)
+            accepted[: len(path)] = path
+            return accepted, len(path), next_token
+        path.append(chosen)

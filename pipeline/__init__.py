@@ -1,0 +1,1 @@
+"""The stages of specdec: each one reads a bundle and writes a new one."""

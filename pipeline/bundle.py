@@ -1,0 +1,309 @@
+"""Artifact bundles: the directory every stage reads and writes (DESIGN §1).
+
+A bundle is a directory holding `manifest.json`, `tokenizer/`, the graphs and whatever a later
+stage adds. The manifest lists every file with its sha256, so a loader can say exactly which
+file is corrupt, and a lineage entry per stage, so a result can be traced to its inputs.
+
+Stages never touch their input bundle: `BundleWriter` builds the output in a hidden temporary
+directory next to the destination and renames it into place only when the stage succeeded.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Collection
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from specdec import __version__
+from specdec.pipeline.errors import BundleError, InputError
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+CUSTOM_OP_DOMAIN = "com.endpoint.ai"
+_HASH_CHUNK = 1 << 20
+
+
+class StrictModel(BaseModel):
+    """Base for every on-disk record: unknown keys are errors, not silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class TensorSpec(StrictModel):
+    name: str
+    dtype: str
+    shape: list[int | str]
+
+
+class GraphSpec(StrictModel):
+    file: str
+    architecture: str
+    source: str
+    dtype: Literal["float32", "float16"]
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    parameters: int = 0
+
+
+class TokenizerSpec(StrictModel):
+    dir: str = "tokenizer"
+    vocab_size: int
+    eos_token_ids: list[int]
+    bos_token_id: int | None = None
+    pad_token_id: int | None = None
+    special_tokens: dict[str, str] = Field(default_factory=dict)
+
+
+class FileEntry(StrictModel):
+    sha256: str
+    size: int
+
+
+class LineageEntry(StrictModel):
+    stage: str
+    tool_version: str
+    created: str
+    config: dict[str, Any]
+    inputs: dict[str, str]
+    fingerprint: str
+
+
+class Manifest(StrictModel):
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str = __version__
+    graphs: dict[str, GraphSpec]
+    tokenizer: TokenizerSpec
+    files: dict[str, FileEntry] = Field(default_factory=dict)
+    lineage: list[LineageEntry] = Field(default_factory=list)
+    # Stage reports (validation results, quantization quality, ...) keyed by stage name.
+    reports: dict[str, Any] = Field(default_factory=dict)
+    custom_ops: dict[str, Any] | None = None
+    quantization: dict[str, Any] | None = None
+    buckets: dict[str, Any] | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """The last stage's fingerprint: equal fingerprints mean equal inputs and config."""
+        return self.lineage[-1].fingerprint if self.lineage else ""
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(_HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fingerprint(stage: str, config: dict[str, Any], inputs: dict[str, str]) -> str:
+    """Content hash of a stage invocation, used to reuse unchanged outputs."""
+    payload = json.dumps(
+        {"stage": stage, "config": config, "inputs": inputs, "tool_version": __version__},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class Bundle:
+    """A loaded, verified bundle. Read-only by convention: stages copy, never modify."""
+
+    def __init__(self, path: Path, manifest: Manifest) -> None:
+        self.path = path
+        self.manifest = manifest
+
+    @classmethod
+    def load(cls, path: str | Path, *, verify: bool = True) -> Bundle:
+        root = Path(path)
+        if not root.is_dir():
+            raise BundleError(
+                f"bundle '{root}' does not exist or is not a directory",
+                "pass the output directory of `specdec export` (or a later stage)",
+            )
+        manifest_path = root / MANIFEST_NAME
+        if not manifest_path.is_file():
+            raise BundleError(
+                f"'{root}' has no {MANIFEST_NAME}, so it is not a specdec bundle",
+                "create one with `specdec export TARGET --draft DRAFT -o DIR`",
+            )
+        try:
+            raw = json.loads(manifest_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise BundleError(f"{manifest_path} is not valid JSON ({exc})", "re-create the bundle") from exc
+        version = raw.get("schema_version") if isinstance(raw, dict) else None
+        if not isinstance(version, int):
+            raise BundleError(f"{manifest_path} has no schema_version", "re-create the bundle")
+        if version > SCHEMA_VERSION:
+            raise BundleError(
+                f"bundle '{root}' was written by a newer specdec (schema {version}, this is {SCHEMA_VERSION})",
+                "upgrade specdec to read it",
+            )
+        try:
+            manifest = Manifest.model_validate(raw)
+        except PydanticValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise BundleError(
+                f"{manifest_path} is invalid at '{where}': {first['msg']}", "re-create the bundle"
+            ) from exc
+        bundle = cls(root, manifest)
+        if verify:
+            bundle.verify()
+        return bundle
+
+    def verify(self) -> None:
+        """Check every listed file exists and matches its recorded sha256."""
+        for rel, entry in self.manifest.files.items():
+            file = self.path / rel
+            if not file.is_file():
+                raise BundleError(f"bundle '{self.path}' is missing '{rel}'", "re-create the bundle")
+            if file.stat().st_size != entry.size or sha256_file(file) != entry.sha256:
+                raise BundleError(
+                    f"'{rel}' in bundle '{self.path}' is corrupt (sha256 differs from the manifest)",
+                    "re-create the bundle or restore the file",
+                )
+
+    def graph_path(self, role: str) -> Path:
+        spec = self.manifest.graphs.get(role)
+        if spec is None:
+            raise BundleError(
+                f"bundle '{self.path}' has no '{role}' graph (it has: {', '.join(self.manifest.graphs) or 'none'})",
+                "export the bundle with both a target and a draft",
+            )
+        path = self.path / spec.file
+        if not path.is_file():
+            raise BundleError(f"bundle '{self.path}' is missing '{spec.file}'", "re-create the bundle")
+        return path
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.path / self.manifest.tokenizer.dir
+
+    def stages(self) -> list[str]:
+        return [entry.stage for entry in self.manifest.lineage]
+
+
+def check_output_path(out: Path, *, force: bool, sources: tuple[Path, ...] = ()) -> None:
+    """Refuse outputs that would clobber something, before any expensive work starts."""
+    resolved = out.resolve()
+    for source in sources:
+        src = source.resolve()
+        if resolved == src or src in resolved.parents or resolved in src.parents:
+            raise InputError(
+                f"output '{out}' overlaps the input '{source}'",
+                "choose an output directory outside the input (inputs are never modified)",
+            )
+    if out.exists() and not force:
+        raise InputError(f"output '{out}' already exists", "pass --force to replace it, or choose another -o")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"output '{out}' exists and is not a directory", "remove it or choose another -o")
+
+
+class BundleWriter:
+    """Builds a bundle in a temporary directory and renames it into place on `finish`.
+
+    Use as a context manager: any exception (Ctrl-C included) removes the partial output.
+    """
+
+    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path, ...] = ()) -> None:
+        self.out = Path(out)
+        self.force = force
+        check_output_path(self.out, force=force, sources=sources)
+        self._tmp: Path | None = None
+        self._done = False
+
+    def __enter__(self) -> BundleWriter:
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".partial", dir=self.out.parent))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._tmp is not None and not self._done:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+
+    @property
+    def dir(self) -> Path:
+        if self._tmp is None:
+            raise RuntimeError("BundleWriter used outside its `with` block")
+        return self._tmp
+
+    def copy_from(self, bundle: Bundle, *, exclude: Collection[str] = ()) -> None:
+        """Copy the source bundle's files (not hard links: later writes must not reach the input)."""
+        for rel in bundle.manifest.files:
+            if rel in exclude:
+                continue
+            target = self.dir / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(bundle.path / rel, target)
+
+    def finish(
+        self,
+        manifest: Manifest,
+        *,
+        stage: str,
+        config: dict[str, Any],
+        inputs: dict[str, str],
+    ) -> Bundle:
+        """Hash every file, append the lineage entry, write the manifest and move into place."""
+        files: dict[str, FileEntry] = {}
+        for file in sorted(p for p in self.dir.rglob("*") if p.is_file()):
+            rel = file.relative_to(self.dir).as_posix()
+            if rel == MANIFEST_NAME:
+                continue
+            files[rel] = FileEntry(sha256=sha256_file(file), size=file.stat().st_size)
+        manifest = manifest.model_copy(deep=True)
+        manifest.schema_version = SCHEMA_VERSION
+        manifest.tool_version = __version__
+        manifest.files = files
+        manifest.lineage.append(
+            LineageEntry(
+                stage=stage,
+                tool_version=__version__,
+                created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                config=config,
+                inputs=inputs,
+                fingerprint=fingerprint(stage, config, inputs),
+            )
+        )
+        (self.dir / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
+        self._move_into_place()
+        self._done = True
+        log.info("wrote bundle %s (%d files)", self.out, len(files))
+        return Bundle(self.out, manifest)
+
+    def _move_into_place(self) -> None:
+        old: Path | None = None
+        if self.out.exists():
+            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
+            self.out.replace(old)
+        self.dir.replace(self.out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def input_digests(bundle: Bundle) -> dict[str, str]:
+    """What a stage records as its inputs: the source bundle's file hashes."""
+    return {rel: entry.sha256 for rel, entry in bundle.manifest.files.items()}

@@ -1,0 +1,92 @@
+"""Each bucket must reproduce the dynamic graph it came from (fp32: within 1e-5).
+
+The dynamic graph sees `past` real KV entries; the bucket sees the same entries in the first
+slots of its buffer, random garbage in the rest (masked), and the same tree of new tokens.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.runtime.runner import build_mask
+from specdec.pipeline.runtime.tree import ancestor_matrix
+
+FP32_TOLERANCE = 1e-5
+FP16_TOLERANCE = 2e-2
+
+
+def _tree(q: int, rng: np.random.Generator) -> np.ndarray:
+    return np.array([-1] + [int(rng.integers(0, i)) for i in range(1, q)], np.int64)
+
+
+def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0) -> float:
+    """Max |difference| of logits and new KV between the bucket and the dynamic graph."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(seed + q)
+    np_dtype = np.dtype(dtype)
+    neg = np.finfo(np_dtype).min
+    dyn = ort.InferenceSession(str(dynamic), providers=["CPUExecutionProvider"])
+    sta = ort.InferenceSession(str(static), providers=["CPUExecutionProvider"])
+    past = min(5, capacity - q)
+    parents = _tree(q, rng)
+    depths = np.zeros(q, np.int64)
+    for node in range(1, q):
+        depths[node] = depths[parents[node]] + 1
+    visible = ancestor_matrix(parents)
+    ids = rng.integers(0, 50, (1, q)).astype(np.int64)
+    positions = (past + depths)[None]
+    dyn_feeds: dict[str, np.ndarray] = {"input_ids": ids, "position_ids": positions,
+                                        "attention_mask": build_mask(np_dtype, neg, past, past, np.zeros((q, 0), bool),
+                                                                     visible)}
+    sta_feeds: dict[str, np.ndarray] = {"input_ids": ids, "position_ids": positions,
+                                        "attention_mask": build_mask(np_dtype, neg, past, capacity,
+                                                                     np.zeros((q, 0), bool), visible)}
+    for value in dyn.get_inputs():
+        if not value.name.startswith("past_key_values."):
+            continue
+        heads, head_dim = value.shape[1], value.shape[3]
+        real = rng.normal(size=(1, heads, past, head_dim)).astype(np_dtype)
+        buffer = rng.normal(size=(1, heads, capacity, head_dim)).astype(np_dtype)  # masked garbage
+        buffer[:, :, :past] = real
+        dyn_feeds[value.name], sta_feeds[value.name] = real, buffer
+    op_feeds = _op_feeds(sta, parents, depths, rng)
+    dyn_names = ["logits"] + [o.name for o in dyn.get_outputs() if o.name.startswith("present.")]
+    want = dict(zip(dyn_names, dyn.run(dyn_names, {**dyn_feeds, **{k: v for k, v in op_feeds.items()
+                                                                     if k in {i.name for i in dyn.get_inputs()}}}),
+                    strict=True))
+    got = dict(zip([o.name for o in sta.get_outputs()], sta.run(None, {**sta_feeds, **op_feeds}), strict=True))
+    worst = float(np.max(np.abs(got["logits"].astype(np.float32) - want["logits"].astype(np.float32))))
+    for name, value in want.items():
+        if name.startswith("present."):
+            new = got[name.replace("present.", "new_key_values.")]
+            worst = max(worst, float(np.max(np.abs(new.astype(np.float32) - value[:, :, past:].astype(np.float32)))))
+    for name in ("accepted", "accepted_len", "next_token", "cand_ids", "keep"):
+        if name in got and name in {o.name for o in dyn.get_outputs()}:
+            reference = dyn.run([name], {**dyn_feeds, **op_feeds})[0]
+            if not np.array_equal(got[name], reference):
+                raise ValidationError(f"{static.name}: custom-op output '{name}' differs from the dynamic graph",
+                                      "report this with SPECDEC_DEBUG=1 output")
+    tolerance = FP16_TOLERANCE if np_dtype == np.float16 else FP32_TOLERANCE
+    if not np.isfinite(worst) or worst > tolerance:
+        raise ValidationError(f"{static.name}: outputs differ from the dynamic graph by {worst:.3g} "
+                              f"(tolerance {tolerance:g})", "report this with SPECDEC_DEBUG=1 output")
+    return worst
+
+
+def _op_feeds(session: object, parents: np.ndarray, depths: np.ndarray, rng: np.random.Generator
+              ) -> dict[str, np.ndarray]:
+    names = {i.name for i in session.get_inputs()}  # type: ignore[attr-defined]
+    feeds: dict[str, np.ndarray] = {}
+    if "tree_parent" in names:
+        feeds.update({"tree_parent": parents, "tree_depth": depths, "uniforms": rng.random((parents.size, 1)),
+                      "temperature": np.array(0.0, np.float32), "mode": np.array(0, np.int64),
+                      "top_k": np.array(0, np.int64), "top_p": np.array(1.0, np.float32)})
+    if "beta_base" in names:
+        feeds.update({k: np.array(v, np.float32) for k, v in {"temperature": 1.0, "entropy_low": 0.8,
+                                                              "entropy_high": 2.5, "beta_base": 0.3, "rho_min": 0.05,
+                                                              "rho_max": 0.6}.items()})
+    return feeds

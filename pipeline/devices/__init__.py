@@ -1,0 +1,1 @@
+"""Devices: one interface, a `local` and an `adb` transport (DESIGN §6)."""

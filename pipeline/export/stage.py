@@ -1,0 +1,130 @@
+"""`specdec export`: Hugging Face target + draft -> a validated ONNX bundle."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec, check_output_path
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.export import checkpoint as ckpt
+from specdec.pipeline.export.compat import PairReport, check_pair
+from specdec.pipeline.export.torch_graph import describe_io, export_onnx
+from specdec.pipeline.export.validate import enforce, validate_graph
+from specdec.pipeline.progress import Progress, SilentProgress
+
+log = logging.getLogger(__name__)
+
+ROLES = ("target", "draft")
+
+
+class DType(str, enum.Enum):
+    float32 = "float32"
+    float16 = "float16"
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    target: str
+    output: Path
+    draft: str | None = None
+    opset: int = 18
+    dtype: DType = DType.float32
+    force: bool = False
+    validate: bool = True
+    seed: int = 0
+
+    def sources(self) -> dict[str, str]:
+        draft = self.draft
+        if draft is None:
+            if self.target != ckpt.DEMO_NAME:
+                raise InputError("export needs a draft model", "pass --draft DRAFT_DIR (or export 'demo')")
+            draft = ckpt.DEMO_NAME
+        return {"target": self.target, "draft": draft}
+
+    def record(self) -> dict[str, Any]:
+        """What the lineage stores: everything that changes the output, nothing that does not."""
+        return {"sources": self.sources(), "opset": self.opset, "dtype": self.dtype.value,
+                "validate": self.validate, "seed": self.seed}
+
+
+def _tokenizer_spec(tokenizer: Any, generation_eos: Any) -> TokenizerSpec:
+    eos: list[int] = []
+    for value in (generation_eos, tokenizer.eos_token_id):
+        for token_id in value if isinstance(value, list) else [value]:
+            if isinstance(token_id, int) and token_id not in eos:
+                eos.append(token_id)
+    special = {attr: str(getattr(tokenizer, attr)) for attr in ("bos_token", "eos_token", "pad_token", "unk_token")
+               if getattr(tokenizer, attr, None) is not None}
+    return TokenizerSpec(
+        vocab_size=len(tokenizer),
+        eos_token_ids=eos,
+        bos_token_id=tokenizer.bos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        special_tokens=special,
+    )
+
+
+def _check_pair_before_export(config: ExportConfig) -> tuple[dict[str, ckpt.Checkpoint], PairReport]:
+    """Load configs and tokenizers only, so a mismatched pair fails before any weight is read."""
+    light = {role: ckpt.load_checkpoint(spec, role, config.dtype.value, with_model=False)
+             for role, spec in config.sources().items()}
+    geometry = {role: c.architecture.geometry(c.config) for role, c in light.items()}
+    report = check_pair(light["target"].tokenizer, light["draft"].tokenizer,
+                        geometry["target"].vocab_size, geometry["draft"].vocab_size)
+    return light, report
+
+
+def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bundle:
+    progress = progress or SilentProgress()
+    check_output_path(config.output, force=config.force)
+    if config.opset < 18:
+        raise InputError(f"--opset {config.opset} is too old", "use opset 18 or newer (torch.onnx dynamo needs it)")
+    light, pair = _check_pair_before_export(config)
+    graphs: dict[str, GraphSpec] = {}
+    validation: dict[str, Any] = {}
+    with BundleWriter(config.output, force=config.force) as writer:
+        for role in ROLES:
+            source = light[role]
+            with progress.task(f"loading {role} {Path(source.source).name}"):
+                model = ckpt.load_model(source.source, role, source.config, config.dtype.value)
+            geometry = source.architecture.geometry(source.config)
+            path = writer.dir / f"{role}.onnx"
+            with progress.task(f"exporting {role} ({source.architecture.model_type})"):
+                export_onnx(model, geometry, path, opset=config.opset, dtype=config.dtype.value)
+            if config.validate:
+                with progress.task(f"validating {role} against PyTorch"):
+                    checks = validate_graph(model, path, geometry, source.architecture, config.dtype.value,
+                                            token_range=pair.tokenizer_size, seed=config.seed)
+                    validation[role] = enforce(checks, path.name)
+            inputs, outputs = describe_io(path)
+            graphs[role] = GraphSpec(
+                file=path.name,
+                architecture=source.architecture.model_type,
+                source=source.source,
+                dtype=config.dtype.value,
+                num_layers=geometry.num_layers,
+                num_kv_heads=geometry.num_kv_heads,
+                head_dim=geometry.head_dim,
+                vocab_size=geometry.vocab_size,
+                max_position_embeddings=geometry.max_position_embeddings,
+                inputs=inputs,
+                outputs=outputs,
+                parameters=int(sum(p.numel() for p in model.parameters())),
+            )
+            del model
+        target = light["target"]
+        target.tokenizer.save_pretrained(str(writer.dir / "tokenizer"))
+        generation_eos = ckpt.generation_eos(target.source)
+        manifest = Manifest(
+            graphs=graphs,
+            tokenizer=_tokenizer_spec(target.tokenizer, generation_eos),
+            reports={"export": {"validation": validation if config.validate else "skipped (--no-validate)",
+                                "warnings": list(pair.warnings)}},
+        )
+        digests = {f"{role}/{name}": digest for role, c in light.items()
+                   for name, digest in ckpt.source_digests(c.source).items()}
+        return writer.finish(manifest, stage="export", config=config.record(), inputs=digests)

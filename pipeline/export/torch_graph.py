@@ -1,0 +1,149 @@
+"""Trace a Hugging Face causal LM into the graph contract of DESIGN §2 with torch.onnx (dynamo).
+
+The wrapper takes `(input_ids, position_ids, attention_mask, *flat_past)` and returns
+`(logits, *flat_present)`. The mask is additive float (0 / finfo.min) of shape
+[1, 1, q, past + q]: a boolean mask is silently wrong with eager attention, and a 4-D mask is
+what lets one graph serve prefill (causal), decode (q = 1) and token trees alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import io
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+from specdec.pipeline.bundle import TensorSpec
+from specdec.pipeline.errors import ExportError
+from specdec.pipeline.export.architectures import KVGeometry
+
+log = logging.getLogger(__name__)
+
+# q >= 2 and past >= 2 for the example inputs: q = 1 specialises the dynamo trace (DESIGN §2).
+_EXAMPLE_Q = 3
+_EXAMPLE_PAST = 4
+_EXTERNAL_DATA_BYTES = 1 << 30
+
+
+def input_names(num_layers: int) -> list[str]:
+    names = ["input_ids", "position_ids", "attention_mask"]
+    for layer in range(num_layers):
+        names += [f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"]
+    return names
+
+
+def output_names(num_layers: int) -> list[str]:
+    names = ["logits"]
+    for layer in range(num_layers):
+        names += [f"present.{layer}.key", f"present.{layer}.value"]
+    return names
+
+
+def make_wrapper(model: Any, num_layers: int) -> Any:
+    import torch
+    from transformers import DynamicCache
+
+    params = inspect.signature(model.forward).parameters
+    # transformers 5.2x renamed `past_key_values` to `cache`; accept both spellings.
+    cache_kwarg = "cache" if "cache" in params else "past_key_values"
+
+    class GraphContractWrapper(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, *flat_past: Any) -> Any:
+            cache = DynamicCache(config=self.model.config)
+            for layer in range(num_layers):
+                cache.update(flat_past[2 * layer], flat_past[2 * layer + 1], layer)
+            out = self.model(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                use_cache=True,
+                **{cache_kwarg: cache},
+            )
+            new_cache = out.get("cache", None) or out.get("past_key_values", None)
+            result = [out.logits]
+            for layer in new_cache.layers:
+                result += [layer.keys, layer.values]
+            return tuple(result)
+
+    return GraphContractWrapper().eval()
+
+
+def example_inputs(geometry: KVGeometry, dtype: Any) -> tuple[Any, ...]:
+    import torch
+
+    q, past = _EXAMPLE_Q, _EXAMPLE_PAST
+    ids = torch.zeros((1, q), dtype=torch.int64)
+    positions = torch.arange(past, past + q, dtype=torch.int64).unsqueeze(0)
+    mask = torch.zeros((1, 1, q, past + q), dtype=dtype)
+    kv_shape = (1, geometry.num_kv_heads, past, geometry.head_dim)
+    flat = [torch.zeros(kv_shape, dtype=dtype) for _ in range(2 * geometry.num_layers)]
+    return (ids, positions, mask, *flat)
+
+
+def _dynamic_shapes(num_layers: int) -> tuple[Any, ...]:
+    from torch.export import Dim
+
+    seq = Dim("sequence_length", min=1, max=65536)
+    past = Dim("past_sequence_length", min=0, max=1 << 20)
+    total = Dim("total_sequence_length", min=1, max=1 << 20)
+    return ({1: seq}, {1: seq}, {2: seq, 3: total}, tuple({2: past} for _ in range(2 * num_layers)))
+
+
+def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dtype: str) -> None:
+    """Export `model` to `path` (plus `path.data` when the weights exceed 1 GiB)."""
+    import torch
+
+    # torch configures its own loggers on import; this one warns about optional torchvision ops
+    # on every export, which says nothing about the model being exported.
+    logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
+    torch_dtype = getattr(torch, dtype)
+    wrapper = make_wrapper(model, geometry.num_layers)
+    args = example_inputs(geometry, torch_dtype)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    captured = io.StringIO()
+    try:
+        # torch.onnx prints its own progress to stdout; keep it in the debug log instead.
+        with contextlib.redirect_stdout(captured), torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                wrapper,
+                args,
+                str(path),
+                dynamo=True,
+                opset_version=opset,
+                input_names=input_names(geometry.num_layers),
+                output_names=output_names(geometry.num_layers),
+                dynamic_shapes=_dynamic_shapes(geometry.num_layers),
+                external_data=weight_bytes > _EXTERNAL_DATA_BYTES,
+                verbose=False,
+            )
+    except Exception as exc:  # torch.onnx raises many unrelated types; report them as one
+        log.debug("torch.onnx output:\n%s", captured.getvalue())
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ExportError(
+            f"torch.onnx.export failed for {path.name}: {first}",
+            "run with SPECDEC_DEBUG=1 for the full trace; try another --opset",
+        ) from exc
+    log.debug("torch.onnx output:\n%s", captured.getvalue())
+
+
+def describe_io(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """Inputs and outputs of a saved graph as manifest records."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+
+    def spec(value: Any) -> TensorSpec:
+        tensor_type = value.type.tensor_type
+        dims: list[int | str] = [d.dim_param if d.dim_param else int(d.dim_value) for d in tensor_type.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
+        return TensorSpec(name=value.name, dtype=dtype, shape=dims)
+
+    return [spec(v) for v in model.graph.input], [spec(v) for v in model.graph.output]

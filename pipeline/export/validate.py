@@ -1,0 +1,182 @@
+"""Validate an exported graph against PyTorch (DESIGN §1: every stage checks itself).
+
+The reference is the Hugging Face model run the ordinary way (plain causal forward, its own
+mask and cache), not our export wrapper, so the check also proves the tree mask means what we
+think: every tree node's logits must equal a plain forward over the prompt plus that node's path.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.export.architectures import Architecture, KVGeometry
+from specdec.pipeline.export.torch_graph import input_names
+
+log = logging.getLogger(__name__)
+
+_PROMPT_LEN = 8
+# A branching tree: the root has two children, one of them two, and one path is three deep.
+TREE_PARENTS = (-1, 0, 0, 1, 1, 2, 4)
+
+
+@dataclass(frozen=True)
+class Check:
+    case: str
+    output: str
+    max_abs_diff: float
+    tolerance: float
+
+    @property
+    def passed(self) -> bool:
+        return self.max_abs_diff <= self.tolerance
+
+
+def tree_depths(parents: tuple[int, ...]) -> list[int]:
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(0 if parent < 0 else depths[parent] + 1)
+    return depths
+
+
+def tree_mask(parents: tuple[int, ...], past: int, dtype: np.dtype[Any]) -> np.ndarray:
+    n = len(parents)
+    mask = np.full((1, 1, n, past + n), np.finfo(dtype).min, dtype=dtype)
+    mask[..., :past] = 0
+    for node in range(n):
+        ancestor = node
+        while ancestor >= 0:
+            mask[0, 0, node, past + ancestor] = 0
+            ancestor = parents[ancestor]
+    return mask
+
+
+def _path(parents: tuple[int, ...], node: int) -> list[int]:
+    path = []
+    while node >= 0:
+        path.append(node)
+        node = parents[node]
+    return path[::-1]
+
+
+class _Reference:
+    """Plain Hugging Face forward passes, the ground truth."""
+
+    def __init__(self, model: Any) -> None:
+        self.model = model
+
+    def run(self, ids: list[int]) -> tuple[np.ndarray, list[np.ndarray]]:
+        import torch
+
+        with torch.no_grad():
+            out = self.model(input_ids=torch.tensor([ids], dtype=torch.int64), use_cache=True)
+        cache = out.get("cache", None) or out.get("past_key_values", None)
+        flat: list[np.ndarray] = []
+        for layer in cache.layers:
+            flat += [layer.keys.float().numpy(), layer.values.float().numpy()]
+        return out.logits[0].float().numpy(), flat
+
+
+class _Graph:
+    def __init__(self, path: Path, geometry: KVGeometry, dtype: np.dtype[Any]) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.geometry = geometry
+        self.dtype = dtype
+        self.names = input_names(geometry.num_layers)
+
+    def empty_past(self) -> list[np.ndarray]:
+        g = self.geometry
+        return [np.zeros((1, g.num_kv_heads, 0, g.head_dim), self.dtype) for _ in range(2 * g.num_layers)]
+
+    def run(
+        self, ids: list[int], positions: list[int], mask: np.ndarray, past: list[np.ndarray]
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        feeds = [np.array([ids], np.int64), np.array([positions], np.int64), mask, *past]
+        outputs = self.session.run(None, dict(zip(self.names, feeds, strict=True)))
+        return outputs[0][0].astype(np.float32), [o for o in outputs[1:]]
+
+
+def validate_graph(
+    model: Any,
+    onnx_path: Path,
+    geometry: KVGeometry,
+    architecture: Architecture,
+    dtype: str,
+    token_range: int,
+    seed: int = 0,
+) -> list[Check]:
+    """Run prefill, a branching tree on a past, and one decode step through ORT and PyTorch."""
+    np_dtype = np.dtype(dtype)
+    fp16 = dtype == "float16"
+    atol = architecture.atol_fp16 if fp16 else architecture.atol
+    rtol = architecture.rtol_fp16 if fp16 else architecture.rtol
+    rng = np.random.default_rng(seed)
+    prompt = [int(t) for t in rng.integers(0, token_range, _PROMPT_LEN)]
+    reference = _Reference(model)
+    graph = _Graph(onnx_path, geometry, np_dtype)
+    checks: list[Check] = []
+
+    def compare(case: str, output: str, got: np.ndarray, want: np.ndarray) -> None:
+        diff = float(np.max(np.abs(got.astype(np.float32) - want))) if want.size else 0.0
+        if not np.isfinite(diff):
+            diff = float("inf")
+        checks.append(Check(case, output, diff, atol + rtol * float(np.max(np.abs(want)))))
+
+    # (a) prefill with a causal mask
+    ref_logits, ref_kv = reference.run(prompt)
+    causal = tree_mask(tuple(range(-1, _PROMPT_LEN - 1)), 0, np_dtype)
+    logits, present = graph.run(prompt, list(range(_PROMPT_LEN)), causal, graph.empty_past())
+    compare("prefill", "logits", logits, ref_logits)
+    compare("prefill", "present", np.concatenate([p.ravel() for p in present]),
+            np.concatenate([r.ravel() for r in ref_kv]))
+
+    # (b) a branching tree on top of the prefill's cache
+    past = _PROMPT_LEN
+    tokens = [int(t) for t in rng.integers(0, token_range, len(TREE_PARENTS))]
+    depths = tree_depths(TREE_PARENTS)
+    logits, tree_present = graph.run(
+        tokens, [past + d for d in depths], tree_mask(TREE_PARENTS, past, np_dtype), present
+    )
+    tree_ref_logits, tree_ref_kv, tree_got_kv = [], [], []
+    for node in range(len(TREE_PARENTS)):
+        node_logits, node_kv = reference.run(prompt + [tokens[i] for i in _path(TREE_PARENTS, node)])
+        tree_ref_logits.append(node_logits[-1])
+        tree_ref_kv += [kv[:, :, -1] for kv in node_kv]
+        tree_got_kv += [kv[:, :, past + node] for kv in tree_present]
+    compare("tree", "logits", logits, np.stack(tree_ref_logits))
+    compare("tree", "present", np.concatenate([k.ravel() for k in tree_got_kv]),
+            np.concatenate([k.ravel() for k in tree_ref_kv]))
+
+    # (c) one decode step on the prefill's cache
+    token = int(rng.integers(0, token_range))
+    step_logits, step_present = graph.run([token], [past], np.zeros((1, 1, 1, past + 1), np_dtype), present)
+    ref_step_logits, ref_step_kv = reference.run([*prompt, token])
+    compare("decode", "logits", step_logits, ref_step_logits[-1:])
+    compare("decode", "present", np.concatenate([p.ravel() for p in step_present]),
+            np.concatenate([r.ravel() for r in ref_step_kv]))
+    return checks
+
+
+def enforce(checks: list[Check], graph_file: str) -> dict[str, Any]:
+    """Raise on the first failed check; return the report stored in the manifest."""
+    for check in checks:
+        log.info("%s %s/%s max|diff| %.3g (tolerance %.3g)", graph_file, check.case, check.output,
+                 check.max_abs_diff, check.tolerance)
+    failed = [c for c in checks if not c.passed]
+    if failed:
+        worst = max(failed, key=lambda c: c.max_abs_diff / max(c.tolerance, 1e-30))
+        raise ValidationError(
+            f"{graph_file}: '{worst.output}' differs from PyTorch by {worst.max_abs_diff:.3g} in the "
+            f"'{worst.case}' check (tolerance {worst.tolerance:.3g})",
+            "report this with SPECDEC_DEBUG=1 output; --no-validate skips the check at your own risk",
+        )
+    return {"passed": True, "checks": [asdict(c) for c in checks]}

@@ -1,0 +1,252 @@
+"""Calibration text -> token windows, and per-layer activation statistics from the float graph.
+
+Text: `--calib FILE` (plain text, or JSONL whose lines carry `text` or `input_ids`), else the
+demo pair's `pipeline/demo/calib.txt`, else `calib_default.txt` shipped here (~20 KB of Python
+documentation, docstrings and code held out from the demo corpus; PSF License). It is tokenised
+with the bundle's tokenizer; the last ~10% is held out for perplexity and the engine's prompts.
+
+Statistics: the float graph runs in onnxruntime with each layer's input added as an extra graph
+output (prefill of one window with a causal mask, past = 0); per input tensor we accumulate
+x^T x (GPTQ) and sum |x| plus a capped random sample of rows (AWQ), never all activations.
+Layers reading the same tensor (q/k/v, gate/up) share one record. x^T x is K^2 float64, so the
+inputs are taken in passes that fit a memory budget, re-running the windows per pass.
+
+All layers are calibrated on the float model's activations in one go, not sequentially on the
+partly quantized model as the GPTQ paper does: one graph run per window serves every layer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from specdec.pipeline.bundle import GraphSpec
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.quantize.algorithms import ACTIVATIONS, HESSIAN, LayerStats
+from specdec.pipeline.runtime.graph import Graph
+from specdec.pipeline.runtime.manifest import GraphInfo
+
+log = logging.getLogger(__name__)
+
+_HERE = Path(__file__).resolve().parent
+DEMO_CALIB = _HERE.parent / "demo" / "calib.txt"
+DEFAULT_CALIB = _HERE / "calib_default.txt"
+HOLDOUT_FRACTION = 10  # 1/10 of the tokens
+MIN_HOLDOUT = 16
+MIN_TOKENS = 2 * MIN_HOLDOUT
+MAX_EVAL_WINDOWS = 16
+PROMPT_TOKENS = 24
+ROW_SAMPLE = 1024  # AWQ rows kept per layer input
+STATS_BUDGET_BYTES = 1 << 30  # x^T x and row samples held at once
+
+
+@dataclass(frozen=True)
+class CalibrationData:
+    source: str
+    windows: np.ndarray  # [S, L] int64: calibration samples
+    eval_windows: list[np.ndarray]  # perplexity windows (held-out slice or --eval)
+    eval_source: str
+    prompts: list[list[int]]  # engine prompts from the held-out slice
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def tokens_used(self) -> int:
+        return int(self.windows.size)
+
+
+def default_calib_path() -> Path:
+    return DEMO_CALIB if DEMO_CALIB.is_file() else DEFAULT_CALIB
+
+
+Encoder = Callable[[str], list[int]]  # the bundle's TextCodec.encode
+
+
+def read_tokens(path: Path, encode: Encoder, vocab_size: int, option: str = "--calib") -> list[int]:
+    """Token ids of a text or JSONL file; clear errors for missing, empty or malformed files."""
+    if not path.is_file():
+        raise InputError(f"{option} file '{path}' does not exist", "pass a text or JSONL file")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.strip():
+        raise InputError(f"{option} file '{path}' is empty", "pass a file with text to calibrate on")
+    lines = [line for line in text.splitlines() if line.strip()]
+    is_jsonl = path.suffix == ".jsonl" or (lines[0].lstrip().startswith("{") and _json_object(lines[0]) is not None)
+    if not is_jsonl:
+        return list(encode(text))
+    ids: list[int] = []
+    for number, line in enumerate(lines, 1):
+        record = _json_object(line)
+        if record is None or not ("text" in record or "input_ids" in record):
+            raise InputError(f"{option} file '{path}' line {number} is not a JSON object with 'text' or 'input_ids'",
+                             "write one JSON object per line")
+        if "input_ids" in record:
+            values = record["input_ids"]
+            if not isinstance(values, list) or not all(isinstance(v, int) and 0 <= v < vocab_size for v in values):
+                raise InputError(f"{option} file '{path}' line {number}: input_ids must be token ids below "
+                                 f"{vocab_size}", "tokenize with the bundle's tokenizer or pass 'text'")
+            ids += values
+        else:
+            ids += encode(str(record["text"]) + "\n\n")
+    if not ids:
+        raise InputError(f"{option} file '{path}' holds no tokens", "pass a file with text to calibrate on")
+    return ids
+
+
+def _json_object(line: str) -> dict[str, object] | None:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _windows(tokens: Sequence[int], length: int, limit: int) -> list[np.ndarray]:
+    count = min(len(tokens) // length, limit) if len(tokens) >= length else 0
+    if count == 0 and len(tokens) >= 2:
+        return [np.asarray(tokens, np.int64)]
+    return [np.asarray(tokens[i * length:(i + 1) * length], np.int64) for i in range(count)]
+
+
+def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len: int, prompts: int, seed: int,
+            encode: Encoder, vocab_size: int) -> CalibrationData:
+    path = calib or default_calib_path()
+    tokens = read_tokens(path, encode, vocab_size)
+    if len(tokens) < MIN_TOKENS:
+        raise InputError(f"calibration file '{path}' has only {len(tokens)} tokens (at least {MIN_TOKENS} needed)",
+                         "pass a longer --calib file")
+    held = max(len(tokens) // HOLDOUT_FRACTION, MIN_HOLDOUT)
+    body, holdout = tokens[:-held], tokens[-held:]
+    warnings: list[str] = []
+    available = len(body) // seq_len
+    if available >= samples:
+        rng = np.random.default_rng(seed)
+        chosen = np.sort(rng.choice(available, size=samples, replace=False))
+        windows = np.asarray(body[: available * seq_len], np.int64).reshape(available, seq_len)[chosen]
+    elif available > 0:
+        windows = np.asarray(body[: available * seq_len], np.int64).reshape(available, seq_len)
+    else:
+        windows = np.asarray(body, np.int64)[None]
+    if windows.size < samples * seq_len:
+        warnings.append(
+            f"calibration text '{path.name}' has {len(body)} tokens after the held-out slice, fewer than the "
+            f"{samples} x {seq_len} requested: using {windows.shape[0]} sample(s) of {windows.shape[1]} tokens "
+            f"({windows.size} tokens)")
+    if eval_file is not None:
+        eval_tokens = read_tokens(eval_file, encode, vocab_size, option="--eval")
+        eval_windows, eval_source = _windows(eval_tokens, seq_len, MAX_EVAL_WINDOWS), str(eval_file)
+        if not eval_windows:
+            raise InputError(f"--eval file '{eval_file}' has fewer than 2 tokens", "pass a longer --eval file")
+    else:
+        eval_windows, eval_source = _windows(holdout, seq_len, MAX_EVAL_WINDOWS), f"last {held} tokens of {path.name}"
+    step = max(len(holdout) // prompts, 1)
+    prompt_len = max(min(PROMPT_TOKENS, step), 1)
+    engine_prompts = [list(holdout[i * step: i * step + prompt_len]) for i in range(min(prompts, len(holdout)))]
+    for warning in warnings:
+        log.warning(warning)
+    return CalibrationData(str(path), windows, eval_windows, eval_source, engine_prompts, warnings)
+
+
+# ---- running a graph -------------------------------------------------------------------------
+
+def graph_info(role: str, spec: GraphSpec, file: Path) -> GraphInfo:
+    return GraphInfo(role=role, file=file, num_layers=spec.num_layers, num_kv_heads=spec.num_kv_heads,
+                     head_dim=spec.head_dim, vocab_size=spec.vocab_size,
+                     max_position_embeddings=spec.max_position_embeddings, dtype=spec.dtype,
+                     input_names=tuple(t.name for t in spec.inputs), output_names=tuple(t.name for t in spec.outputs))
+
+
+def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (),
+            with_logits: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    """One window from an empty cache with a causal mask: (logits [L, V] or None, extra outputs)."""
+    from specdec.pipeline.runtime.engine import causal_mask
+    from specdec.pipeline.runtime.kv import KVCache
+
+    length = int(ids.size)
+    mask = causal_mask(length, 0, graph.dtype, graph.mask_min)
+    logits, _, extras = graph.forward(ids, np.arange(length), mask, KVCache(graph.info).layers,
+                                      extra_outputs=extra_outputs, with_logits=with_logits)
+    return logits, extras
+
+
+def save_graph(model: onnx.ModelProto, path: Path) -> None:
+    # Protobuf caps one message at 2 GiB; larger graphs keep weights in a side file.
+    external = model.ByteSize() > (1 << 30)
+    onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data" if external else None)
+
+
+def plan_passes(wanted: dict[str, frozenset[str]], widths: dict[str, int],
+                budget: int = STATS_BUDGET_BYTES) -> list[dict[str, frozenset[str]]]:
+    """Split layer inputs into calibration passes whose statistics fit `budget` bytes."""
+    passes: list[dict[str, frozenset[str]]] = [{}]
+    used = 0
+    for name, needs in wanted.items():
+        k = widths[name]
+        size = (8 * k * k if HESSIAN in needs else 0) + (4 * ROW_SAMPLE * k + 8 * k if ACTIVATIONS in needs else 0)
+        if passes[-1] and used + size > budget:
+            passes.append({})
+            used = 0
+        passes[-1][name] = needs
+        used += size
+    return [p for p in passes if p]
+
+
+@contextmanager
+def probe_graph(model: onnx.ModelProto, role: str, spec: GraphSpec, names: Sequence[str],
+                workdir: Path) -> Iterator[Graph]:
+    """The float graph with `names` as extra outputs, loaded in onnxruntime; removed afterwards."""
+    elem = TensorProto.FLOAT16 if spec.dtype == "float16" else TensorProto.FLOAT
+    existing = {value.name for value in model.graph.output}
+    added = [helper.make_tensor_value_info(name, elem, None) for name in names if name not in existing]
+    model.graph.output.extend(added)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"calib-{role}-", dir=workdir) as tmp:
+            path = Path(tmp) / f"{role}.onnx"
+            if model.ByteSize() > (1 << 30):
+                # Saving with external data strips the weights from the proto it is given.
+                copy = onnx.ModelProto()
+                copy.CopyFrom(model)
+                save_graph(copy, path)
+            else:
+                save_graph(model, path)
+            graph = Graph(graph_info(role, spec, path))
+            yield graph
+            del graph
+    finally:
+        for _ in added:
+            model.graph.output.pop()
+
+
+def collect(graph: Graph, wanted: dict[str, frozenset[str]], windows: np.ndarray, seed: int) -> dict[str, LayerStats]:
+    """Accumulate the statistics `wanted` asks for, one prefill per calibration window."""
+    rng = np.random.default_rng(seed)
+    names = tuple(wanted)
+    stats: dict[str, LayerStats] = {}
+    per_window = math.ceil(ROW_SAMPLE / max(len(windows), 1))
+    samples: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    for window in windows:
+        _, extras = prefill(graph, window, names, with_logits=False)
+        for name in names:
+            rows = extras[name].reshape(-1, extras[name].shape[-1])
+            record = stats.get(name) or stats.setdefault(name, LayerStats(width=rows.shape[1]))
+            record.rows += rows.shape[0]
+            if HESSIAN in wanted[name]:
+                wide = rows.astype(np.float64)
+                record.xtx = wide.T @ wide if record.xtx is None else record.xtx + wide.T @ wide
+            if ACTIVATIONS in wanted[name]:
+                absolute = np.abs(rows.astype(np.float64)).sum(axis=0)
+                record.abs_sum = absolute if record.abs_sum is None else record.abs_sum + absolute
+                pick = rng.choice(rows.shape[0], size=min(per_window, rows.shape[0]), replace=False)
+                samples[name].append(rows[np.sort(pick)].astype(np.float32))
+    for name, parts in samples.items():
+        if parts:
+            stats[name].sample = np.concatenate(parts)[:ROW_SAMPLE]
+    return stats

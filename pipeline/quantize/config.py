@@ -1,0 +1,123 @@
+"""What `specdec quantize` is asked to do, validated before any work starts."""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specdec.pipeline.errors import InputError
+
+# MatMulNBits block 128 with accuracy_level 4 (int8 compute) was the only setting that beat fp32
+# at 16 rows (tree verification) on this CPU; smaller blocks are the fallback for narrow layers.
+AUTO_GROUP_SIZES = (128, 64, 32)
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+
+# The first decoder block of the target is the most sensitive to weight noise (its errors pass
+# through every later block), as is the output projection (it sets the argmax the verifier
+# compares): both get 8 bits by default. The draft only proposes, so it is fully 4-bit.
+_FIRST_BLOCK = re.compile(r"(^|\.)(layers|h|blocks|layer|decoder\.layers)\.0\.")
+_OUTPUT_HEAD = ("lm_head", "embed_out", "output")
+
+
+class Method(str, enum.Enum):
+    rtn = "rtn"
+    gptq = "gptq"
+    awq = "awq"
+
+
+def parse_method(value: Method | str, option: str = "--method") -> Method:
+    if isinstance(value, Method):
+        return value
+    try:
+        return Method(str(value).lower())
+    except ValueError:
+        raise InputError(f"unknown quantization method '{value}' for {option}",
+                         f"use one of: {', '.join(m.value for m in Method)}") from None
+
+
+@dataclass(frozen=True)
+class QuantizeConfig:
+    output: Path
+    method: Method = Method.awq
+    target_method: Method | None = None
+    draft_method: Method | None = None
+    group_size: int | None = None  # None: per layer, 128 where the width allows, else 64 or 32
+    symmetric: bool = False
+    accuracy_level: int = 4
+    keep_float: tuple[str, ...] = ()
+    calib: Path | None = None
+    calib_samples: int = 128
+    calib_seq_len: int = 128
+    eval_file: Path | None = None
+    max_ppl_increase: float | None = None  # percent
+    seed: int = 0
+    force: bool = False
+    # Size of the engine check in the quality report (prompts x new tokens, greedy).
+    eval_prompts: int = 8
+    eval_new_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", parse_method(self.method))
+        for field_name, option in (("target_method", "--target-method"), ("draft_method", "--draft-method")):
+            value = getattr(self, field_name)
+            if value is not None:
+                object.__setattr__(self, field_name, parse_method(value, option))
+        object.__setattr__(self, "keep_float", tuple(self.keep_float))
+        group = self.group_size
+        fix = "fix the option and run again"
+        problems = [
+            (group is not None and (group < 16 or group & (group - 1) != 0),
+             f"--group-size {group} is not a power of two >= 16", "use 32, 64 or 128 (or leave it out for auto)"),
+            (self.accuracy_level not in ACCURACY_LEVELS,
+             f"--accuracy-level {self.accuracy_level} is not one of {ACCURACY_LEVELS}",
+             "use 4 (int8 compute, fastest on CPUs) or 0 (compute in the graph's float type)"),
+            (self.calib_samples < 1, "--calib-samples must be at least 1", fix),
+            (self.calib_seq_len < 8, "--calib-seq-len must be at least 8", fix),
+            (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
+             "--max-ppl-increase must be >= 0 (a percentage)", fix),
+            (self.eval_prompts < 1 or self.eval_new_tokens < 1, "the engine check needs prompts and tokens", fix),
+        ]
+        for failed, problem, hint in problems:
+            if failed:
+                raise InputError(problem, hint)
+        for path, option in ((self.calib, "--calib"), (self.eval_file, "--eval")):
+            if path is not None and not Path(path).is_file():
+                raise InputError(f"{option} file '{path}' does not exist", "pass a text or JSONL file")
+
+    def method_for(self, role: str) -> Method:
+        override = self.target_method if role == "target" else self.draft_method
+        return override or self.method
+
+    def bits_for(self, role: str, layer: str) -> int | None:
+        """4 or 8 bits for a layer, or None when a --keep-float pattern matches it."""
+        if any(fnmatch.fnmatchcase(layer, pattern) for pattern in self.keep_float):
+            return None
+        if role == "target" and (layer in _OUTPUT_HEAD or _FIRST_BLOCK.search(layer)):
+            return 8
+        return 4
+
+    def record(self) -> dict[str, Any]:
+        """What the lineage stores: everything that changes the output."""
+        from specdec.pipeline.bundle import sha256_file
+
+        def file_record(path: Path | None) -> dict[str, str] | None:
+            return None if path is None else {"path": str(path), "sha256": sha256_file(Path(path))}
+
+        return {
+            "target_method": self.method_for("target").value,
+            "draft_method": self.method_for("draft").value,
+            "group_size": self.group_size or "auto",
+            "symmetric": self.symmetric,
+            "accuracy_level": self.accuracy_level,
+            "keep_float": list(self.keep_float),
+            "calib": file_record(self.calib),
+            "calib_samples": self.calib_samples,
+            "calib_seq_len": self.calib_seq_len,
+            "eval": file_record(self.eval_file),
+            "max_ppl_increase": self.max_ppl_increase,
+            "seed": self.seed,
+        }

@@ -1,0 +1,77 @@
+"""Decoding settings: what `specdec generate` and the bench runner pass to the engine."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from specdec.pipeline.errors import InputError
+
+
+class VerifyMode(str, enum.Enum):
+    greedy = "greedy"
+    match = "match"
+    rrs = "rrs"
+
+
+@dataclass(frozen=True)
+class PruneParams:
+    """DynamicTreePrune scalars (articles: beta_base 0.3, entropy band 0.8 / 2.5 nats)."""
+
+    entropy_low: float = 0.8
+    entropy_high: float = 2.5
+    beta_base: float = 0.3
+    rho_min: float = 0.05
+    rho_max: float = 0.6
+    max_k: int = 8  # an attribute of the op: fixes output shapes, so not a per-round input
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    mode: VerifyMode | None = None  # None: greedy at temperature 0, match otherwise
+    speculative: bool = True
+    tree_budget: int = 16  # nodes verified per round, root included (the bucket size)
+    depth: int = 6  # draft levels per round
+    width: int = 4  # frontier nodes expanded per level
+    prune: PruneParams = field(default_factory=PruneParams)
+
+    def __post_init__(self) -> None:
+        if self.mode is not None and not isinstance(self.mode, VerifyMode):
+            try:
+                object.__setattr__(self, "mode", VerifyMode(self.mode))
+            except ValueError:
+                raise InputError(f"unknown mode '{self.mode}'",
+                                 f"use one of: {', '.join(m.value for m in VerifyMode)}") from None
+        fix_it = "fix the option and run again"
+        problems = [
+            (self.max_new_tokens < 1, "--max-new-tokens must be at least 1", fix_it),
+            (self.temperature < 0, "--temperature must be >= 0", fix_it),
+            (self.top_k < 0, "--top-k must be >= 0", "0 disables top-k"),
+            (not 0 < self.top_p <= 1, "--top-p must be in (0, 1]", "1 disables top-p"),
+            (self.tree_budget < 1, "--tree-budget must be at least 1", fix_it),
+            (self.depth < 1, "--depth must be at least 1", fix_it),
+            (self.width < 1, "--width must be at least 1", fix_it),
+            (self.prune.max_k < 1, "max_k must be at least 1", fix_it),
+            (self.mode is VerifyMode.greedy and self.temperature > 0,
+             "--mode greedy needs --temperature 0", "use --mode match or rrs to sample"),
+        ]
+        for failed, problem, fix in problems:
+            if failed:
+                raise InputError(problem, fix)
+
+    @property
+    def effective_mode(self) -> VerifyMode:
+        if self.temperature == 0:
+            return VerifyMode.greedy
+        return self.mode or VerifyMode.match
+
+    @property
+    def draft_temperature(self) -> float:
+        # Greedy verification does not care how the tree was shaped; the draft's natural (T = 1)
+        # distribution spreads candidates where it is unsure instead of collapsing to a chain.
+        return 1.0 if self.effective_mode is VerifyMode.greedy else self.temperature

@@ -1,0 +1,252 @@
+"""The decoding engine: plain target decoding and tree speculative decoding (DESIGN §5).
+
+Imports only numpy, onnxruntime and the standard library (through the runtime modules), so
+the same code runs on the phone. A round: the draft expands a tree, the target verifies every
+node in one forward with the tree mask, BlockSparseVerify picks the accepted path, both caches
+keep exactly that path, and the target's own next token becomes the next round's root.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from specdec.custom_ops.block_sparse_verify import Mode, block_sparse_verify, sample_token, target_probs, verify_rrs
+from specdec.pipeline.errors import BundleError, GenerationError
+from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
+from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
+from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
+from specdec.pipeline.runtime.rng import Randomness, Stream
+from specdec.pipeline.runtime.runner import DynamicRunner, Runner, build_mask, causal, no_scratch
+from specdec.pipeline.runtime.stats import ACCEPT, COMMIT, VERIFY, Reply, RoundStats, StageClock
+from specdec.pipeline.runtime.tree import DraftTree, ancestor_matrix
+
+TokenSink = Callable[[list[int]], None]
+PlanHook = Callable[[int, RoundPlan], RoundPlan | None]  # (round index, default plan) -> plan or None = plain
+
+
+def causal_mask(length: int, past: int, dtype: np.dtype, neg: float) -> np.ndarray:
+    """Additive causal mask [1, 1, length, past + length] over a fully valid past."""
+    return build_mask(dtype, neg, past, past, np.zeros((length, 0), bool), causal(length))
+
+
+def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) -> Runner:
+    """A static bucketed runner for compiled bundles, the dynamic one otherwise."""
+    if bundle.buckets:
+        from specdec.pipeline.runtime.static import StaticRunner
+
+        return StaticRunner(info, bundle, options)
+    return DynamicRunner(info, options)
+
+
+class Engine:
+    def __init__(self, bundle: str | Path | BundleInfo, options: SessionOptions | None = None) -> None:
+        self.info = bundle if isinstance(bundle, BundleInfo) else read_bundle(bundle)
+        options = options or SessionOptions()
+        self.target = make_runner(self.info.graphs["target"], self.info, options)
+        self.vocab = self.info.graphs["target"].vocab_size
+        draft = self.info.graphs.get("draft")
+        self.drafter = Drafter(make_runner(draft, self.info, options), self.vocab) if draft is not None else None
+        self.eos = set(self.info.eos_token_ids)
+        self.max_context = min(self.target.max_context, self.drafter.runner.max_context if self.drafter else 1 << 62)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _choose(self, logits_row: np.ndarray, generated_index: int, config: DecodeConfig, rand: Randomness) -> int:
+        """The target's token from one logits row: argmax, or a draw with the position's uniform."""
+        if config.effective_mode is VerifyMode.greedy:
+            return int(np.argmax(logits_row))
+        probs = target_probs(logits_row, config.temperature, config.top_k, config.top_p)[0]
+        return sample_token(probs, rand.token_uniform(generated_index))
+
+    def check_prompt(self, prompt: Sequence[int]) -> list[int]:
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise GenerationError("the prompt is empty", "pass at least one token of text")
+        if len(ids) >= self.max_context:
+            raise GenerationError(
+                f"the prompt has {len(ids)} tokens but the bundle's context is {self.max_context}",
+                "shorten the prompt or pass --truncate to keep its last tokens",
+            )
+        bad = [t for t in ids if not 0 <= t < self.vocab]
+        if bad:
+            raise GenerationError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab - 1})",
+                                  "tokenize with the bundle's tokenizer")
+        return ids
+
+    # -- public API ------------------------------------------------------------------------
+    def generate(self, prompt: Sequence[int], config: DecodeConfig, on_tokens: TokenSink | None = None,
+                 plan_hook: PlanHook | None = None) -> Reply:
+        ids = self.check_prompt(prompt)
+        speculative = config.speculative
+        if speculative and self.drafter is None:
+            raise BundleError("this bundle has no draft graph, so it cannot decode speculatively",
+                              "pass --no-speculation, or export with --draft")
+        rand = Randomness(config.seed)
+        start = time.perf_counter_ns()
+        target = self.target
+        target.reset()
+        logits, _ = target.forward(np.array(ids), np.arange(len(ids)), no_scratch(len(ids)), causal(len(ids)))
+        assert logits is not None
+        target.commit(np.arange(len(ids)))
+        prefill_ns = time.perf_counter_ns() - start
+        output = [self._choose(logits[-1], 0, config, rand)]
+        ttft_ns = time.perf_counter_ns() - start
+        if on_tokens:
+            on_tokens(list(output))
+        rounds: list[RoundStats] = []
+        if self.drafter is not None and speculative:
+            self.drafter.reset(ids)
+        stop = self._stop_reason(output, config)
+        while stop is None:
+            stats = RoundStats(index=len(rounds), kind="plain")
+            plan = self._plan(output, config, plan_hook, len(rounds)) if speculative else None
+            if plan is None:
+                emitted = self._plain_step(output, config, rand, stats)
+            else:
+                stats.kind = "speculative"
+                emitted = self._speculative_round(output, config, rand, plan, stats)
+            rounds.append(stats)
+            emitted = self._clip(emitted, output, config)
+            output += emitted
+            if on_tokens and emitted:
+                on_tokens(emitted)
+            stop = self._stop_reason(output, config) or self._context_full()
+        return Reply(ids, output, stop, ttft_ns, time.perf_counter_ns() - start, prefill_ns, rounds)
+
+    # -- rounds ----------------------------------------------------------------------------
+    def _plan(self, output: list[int], config: DecodeConfig, hook: PlanHook | None, index: int) -> RoundPlan | None:
+        room = self.max_context - self.target.length  # slots left for the root and its drafts
+        remaining = config.max_new_tokens - len(output)
+        depth = min(config.depth, remaining - 1, room - 1)
+        if self.drafter is not None:
+            # the draft feeds pending + root, then at most `width` nodes per further level
+            draft = self.drafter.runner
+            draft_room = draft.max_context - draft.length - len(self.drafter.pending) - 1
+            depth = min(depth, 1 + draft_room // max(config.width, 1)) if draft_room >= 0 else 0
+        plan = RoundPlan(budget=min(config.tree_budget, room), depth=depth, width=config.width)
+        if hook is not None:
+            plan = hook(index, plan)  # type: ignore[assignment]
+            if plan is None:
+                return None
+            plan = RoundPlan(min(plan.budget, room), min(plan.depth, depth), plan.width)
+        if plan.depth < 1 or plan.budget < 2:
+            return None
+        return plan
+
+    def _plain_step(self, output: list[int], config: DecodeConfig, rand: Randomness, stats: RoundStats) -> list[int]:
+        clock = StageClock(stats)
+        target = self.target
+        args = (np.array(output[-1:]), np.array([target.length]), no_scratch(1), causal(1))
+        if self._verify_in_graph(config):  # a one-node tree: the op returns the target's token
+            with clock(VERIFY):
+                _, extras = target.forward(
+                    *args, extra_inputs=self._verify_inputs(np.array([-1]), np.array([0]), config, rand, len(output)),
+                    extra_outputs=("next_token",), with_logits=False,
+                )
+            token = int(extras["next_token"])
+        else:
+            with clock(VERIFY):
+                logits, _ = target.forward(*args)
+            assert logits is not None
+            with clock(ACCEPT):
+                token = self._choose(logits[0], len(output), config, rand)
+        with clock(COMMIT):
+            target.commit([0])
+            if self.drafter is not None and config.speculative:
+                # Keep the draft in step without running it: the token joins its pending list.
+                self.drafter.pending.append(output[-1])
+        stats.bytes_out += target.last_bytes_out
+        return [token]
+
+    def _speculative_round(self, output: list[int], config: DecodeConfig, rand: Randomness, plan: RoundPlan,
+                           stats: RoundStats) -> list[int]:
+        assert self.drafter is not None
+        clock = StageClock(stats)
+        target = self.target
+        generated = len(output)  # index of the token the root's children stand for
+        drafted: DraftResult = self.drafter.draft(output[-1], target.length, plan, config, rand, generated, stats)
+        tree = drafted.tree
+        stats.tree_size, stats.tree_depth = tree.size, tree.max_depth
+        args = (tree.tokens, target.length + tree.depths, no_scratch(tree.size), ancestor_matrix(tree.parents))
+        if self._verify_in_graph(config):
+            with clock(VERIFY):
+                _, extras = target.forward(
+                    *args, extra_inputs=self._verify_inputs(tree.parents, tree.depths, config, rand, generated),
+                    extra_outputs=("accepted", "accepted_len", "next_token"), with_logits=False,
+                )
+            accepted, length, next_token = extras["accepted"], int(extras["accepted_len"]), int(extras["next_token"])
+        else:
+            with clock(VERIFY):
+                logits, _ = target.forward(*args)
+            assert logits is not None
+            with clock(ACCEPT):
+                accepted, length, next_token = self._verify(logits, tree, drafted, config, rand, generated)
+        stats.bytes_out += target.last_bytes_out
+        path = accepted[:length].tolist()
+        with clock(COMMIT):
+            target.commit(path)
+            self.drafter.commit(drafted, path)
+        stats.accepted_len = length
+        return [int(t) for t in tree.tokens[path[1:]]] + [next_token]
+
+    def _verify_in_graph(self, config: DecodeConfig) -> bool:
+        return self.target.has_verify and config.effective_mode is not VerifyMode.rrs
+
+    def _match_uniforms(self, depths: np.ndarray, rand: Randomness, generated: int) -> np.ndarray:
+        # The choice at a depth-d node is output token number `generated + d`; it gets the uniform
+        # plain sampling uses for that position, so match reproduces plain sampling exactly.
+        return np.array([[rand.token_uniform(generated + int(d))] for d in depths], np.float64)
+
+    def _verify_inputs(self, parents: np.ndarray, depths: np.ndarray, config: DecodeConfig, rand: Randomness,
+                       generated: int) -> dict[str, np.ndarray]:
+        mode = config.effective_mode
+        uniforms = self._match_uniforms(depths, rand, generated) if mode is VerifyMode.match \
+            else np.zeros((depths.size, 1))
+        return {
+            "tree_parent": np.asarray(parents, np.int64), "tree_depth": np.asarray(depths, np.int64),
+            "uniforms": uniforms, "temperature": np.array(config.temperature, np.float32),
+            "mode": np.array(int(_MODE_IDS[mode]), np.int64), "top_k": np.array(config.top_k, np.int64),
+            "top_p": np.array(config.top_p, np.float32),
+        }
+
+    def _verify(self, logits: np.ndarray, tree: DraftTree, drafted: DraftResult, config: DecodeConfig,
+                rand: Randomness, generated: int) -> tuple[np.ndarray, int, int]:
+        mode = config.effective_mode
+        if mode is VerifyMode.rrs:
+            width = int(np.bincount(tree.parents[1:], minlength=1).max(initial=0)) + 1 if tree.size > 1 else 1
+            uniforms = rand.uniforms(Stream.verify, generated, tree.size * width).reshape(tree.size, width)
+            return verify_rrs(logits, tree.tokens, tree.parents, drafted.dist_ids, drafted.dist_logprob, uniforms,
+                              config.temperature, config.top_k, config.top_p)
+        uniforms = self._match_uniforms(tree.depths, rand, generated) if mode is VerifyMode.match \
+            else np.zeros((tree.size, 1))
+        accepted, length, token = block_sparse_verify(
+            logits, tree.tokens, tree.parents, tree.depths, uniforms, config.temperature, int(_MODE_IDS[mode]),
+            config.top_k, config.top_p,
+        )
+        return accepted, length, token
+
+    # -- stopping ---------------------------------------------------------------------------
+    def _clip(self, emitted: list[int], output: list[int], config: DecodeConfig) -> list[int]:
+        emitted = emitted[: config.max_new_tokens - len(output)]
+        for i, token in enumerate(emitted):
+            if token in self.eos:
+                return emitted[: i + 1]
+        return emitted
+
+    def _stop_reason(self, output: list[int], config: DecodeConfig) -> str | None:
+        if output and output[-1] in self.eos:
+            return "eos"
+        if len(output) >= config.max_new_tokens:
+            return "max_new_tokens"
+        return None
+
+    def _context_full(self) -> str | None:
+        # The last emitted token still has to be fed: that needs one free slot.
+        return "max_context" if self.target.length + 1 > self.max_context else None
+
+
+_MODE_IDS = {VerifyMode.greedy: Mode.greedy, VerifyMode.match: Mode.match}

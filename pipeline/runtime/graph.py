@@ -1,0 +1,107 @@
+"""One ONNX graph of a bundle behind a small typed call (DESIGN §2 contract)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from specdec.pipeline.errors import BundleError
+from specdec.pipeline.runtime.manifest import GraphInfo
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    threads: int = 0  # 0: onnxruntime's default (all cores)
+    optimization: str = "all"  # onnxruntime graph optimisation level: disable|basic|extended|all
+
+
+def make_session(path: os.PathLike[str] | str, options: SessionOptions) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = options.threads
+    so.inter_op_num_threads = 1
+    so.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[options.optimization]
+    try:
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types per failure
+        raise BundleError(f"onnxruntime cannot load '{path}': {str(exc).splitlines()[0]}",
+                          "re-create the bundle with this specdec version") from exc
+
+
+# Inputs that graph surgery adds; unused ones get these neutral values (greedy, no tree).
+def _default_op_inputs(q: int) -> dict[str, np.ndarray]:
+    scalar = np.float32
+    return {
+        "tree_parent": np.full(q, -1, np.int64),
+        "tree_depth": np.zeros(q, np.int64),
+        "uniforms": np.zeros((q, 1), np.float64),
+        "temperature": np.array(1.0, scalar),
+        "mode": np.array(0, np.int64),
+        "top_k": np.array(0, np.int64),
+        "top_p": np.array(1.0, scalar),
+        "entropy_low": np.array(0.8, scalar),
+        "entropy_high": np.array(2.5, scalar),
+        "beta_base": np.array(0.3, scalar),
+        "rho_min": np.array(0.05, scalar),
+        "rho_max": np.array(0.6, scalar),
+    }
+
+
+class Graph:
+    """Runs `(ids, positions, mask, past) -> (logits, present, extras)` on onnxruntime."""
+
+    def __init__(self, info: GraphInfo, options: SessionOptions | None = None) -> None:
+        self.info = info
+        self.session = make_session(info.file, options or SessionOptions())
+        self.dtype = np.dtype(info.dtype)
+        self.mask_min = np.finfo(self.dtype).min
+        inputs = [i.name for i in self.session.get_inputs()]
+        outputs = [o.name for o in self.session.get_outputs()]
+        self._past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        self._present_names = [n for n in outputs if n.startswith("present.")]
+        self._op_inputs = [n for n in inputs if n in _default_op_inputs(0)]
+        self.outputs = set(outputs)
+        self.has_prune = "cand_ids" in self.outputs  # DynamicTreePrune is in the graph
+        self.has_verify = "next_token" in self.outputs  # BlockSparseVerify is in the graph
+        self.last_bytes_out = 0
+
+    def forward(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        mask: np.ndarray,
+        past: list[np.ndarray],
+        extra_inputs: dict[str, np.ndarray] | None = None,
+        extra_outputs: tuple[str, ...] = (),
+        with_logits: bool = True,
+    ) -> tuple[np.ndarray | None, list[np.ndarray], dict[str, np.ndarray]]:
+        q = int(np.size(ids))
+        feeds: dict[str, np.ndarray] = {
+            "input_ids": np.ascontiguousarray(ids, np.int64).reshape(1, -1),
+            "position_ids": np.ascontiguousarray(positions, np.int64).reshape(1, -1),
+            "attention_mask": mask,
+        }
+        feeds.update(zip(self._past_names, past, strict=True))
+        if self._op_inputs:
+            defaults = _default_op_inputs(q)
+            feeds.update({name: defaults[name] for name in self._op_inputs})
+        if extra_inputs:
+            feeds.update(extra_inputs)
+        names = (["logits"] if with_logits else []) + self._present_names + list(extra_outputs)
+        values = self.session.run(names, feeds)
+        self.last_bytes_out = sum(v.nbytes for v in values)
+        offset = 1 if with_logits else 0
+        logits = values[0][0] if with_logits else None
+        present = values[offset : offset + len(self._present_names)]
+        extras = dict(zip(extra_outputs, values[offset + len(self._present_names) :], strict=True))
+        return logits, present, extras

@@ -1,0 +1,120 @@
+"""A graph plus its KV store behind one interface, so the engine does not care whether a bundle
+has dynamic-shape graphs (export) or static bucketed ones (compile).
+
+Masks are described, not built, by callers: every committed slot is visible; `scratch_visible`
+[q, scratch] says which scratch slots each new token sees and `new_visible` [q, q] which of the
+tokens fed together (causal for a prefill, ancestors for a tree, identity for a draft level).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from specdec.pipeline.runtime.graph import Graph, SessionOptions
+from specdec.pipeline.runtime.kv import KVCache
+from specdec.pipeline.runtime.manifest import GraphInfo
+
+
+class Runner(Protocol):
+    info: GraphInfo
+    dtype: np.dtype
+    has_prune: bool
+    has_verify: bool
+    last_bytes_out: int
+
+    @property
+    def length(self) -> int: ...
+
+    @property
+    def scratch(self) -> int: ...
+
+    @property
+    def max_context(self) -> int: ...
+
+    def reset(self) -> None: ...
+
+    def forward(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        scratch_visible: np.ndarray,
+        new_visible: np.ndarray,
+        extra_inputs: dict[str, np.ndarray] | None = None,
+        extra_outputs: tuple[str, ...] = (),
+        with_logits: bool = True,
+    ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]: ...
+
+    def commit(self, keep: np.ndarray | list[int]) -> None: ...
+
+
+def causal(q: int) -> np.ndarray:
+    return np.tril(np.ones((q, q), dtype=bool))
+
+
+def no_scratch(q: int) -> np.ndarray:
+    return np.zeros((q, 0), dtype=bool)
+
+
+def build_mask(dtype: np.dtype, neg: float, committed: int, width: int, scratch_visible: np.ndarray,
+               new_visible: np.ndarray, new_width: int | None = None) -> np.ndarray:
+    """Additive mask [1, 1, q, width + new_width]: committed slots, visible scratch, visible new."""
+    q = new_visible.shape[0]
+    new_width = q if new_width is None else new_width
+    mask = np.full((1, 1, q, width + new_width), neg, dtype=dtype)
+    mask[0, 0, :, :committed] = 0
+    scratch = scratch_visible.shape[1]
+    if scratch:
+        mask[0, 0, :, committed : committed + scratch][scratch_visible] = 0
+    mask[0, 0, :, width : width + new_visible.shape[1]][new_visible] = 0
+    return mask
+
+
+class DynamicRunner:
+    """Dynamic-shape graph: the KV cache grows with every forward and shrinks at commit."""
+
+    def __init__(self, info: GraphInfo, options: SessionOptions | None = None) -> None:
+        self.info = info
+        self.graph = Graph(info, options)
+        self.dtype = self.graph.dtype
+        self.has_prune = self.graph.has_prune
+        self.has_verify = self.graph.has_verify
+        self.kv = KVCache(info)
+        self.last_bytes_out = 0
+
+    @property
+    def length(self) -> int:
+        return self.kv.length
+
+    @property
+    def scratch(self) -> int:
+        return self.kv.scratch
+
+    @property
+    def max_context(self) -> int:
+        return self.info.max_position_embeddings
+
+    def reset(self) -> None:
+        self.kv = KVCache(self.info)
+
+    def forward(
+        self,
+        ids: np.ndarray,
+        positions: np.ndarray,
+        scratch_visible: np.ndarray,
+        new_visible: np.ndarray,
+        extra_inputs: dict[str, np.ndarray] | None = None,
+        extra_outputs: tuple[str, ...] = (),
+        with_logits: bool = True,
+    ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        width = self.kv.length + self.kv.scratch
+        mask = build_mask(self.dtype, self.graph.mask_min, self.kv.length, width, scratch_visible, new_visible)
+        logits, present, extras = self.graph.forward(ids, positions, mask, self.kv.layers, extra_inputs,
+                                                     extra_outputs, with_logits)
+        self.kv.absorb(present)
+        self.last_bytes_out = self.graph.last_bytes_out
+        return logits, extras
+
+    def commit(self, keep: np.ndarray | list[int]) -> None:
+        self.kv.commit(keep)

@@ -1,0 +1,65 @@
+"""A bundle summary as plain data, shared by `specdec inspect` (table) and `--json`."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from specdec.pipeline.bundle import Bundle, TensorSpec
+
+_LAYERED = re.compile(r"^(past_key_values|present)\.(\d+)\.(key|value)$")
+
+
+def compact_io(specs: list[TensorSpec]) -> list[dict[str, Any]]:
+    """Collapse per-layer KV tensors into one row each (`present.{0..3}.key|value`)."""
+    rows: list[dict[str, Any]] = []
+    layered: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        match = _LAYERED.match(spec.name)
+        if match is None:
+            rows.append({"name": spec.name, "dtype": spec.dtype, "shape": spec.shape})
+            continue
+        prefix = match.group(1)
+        group = layered.get(prefix)
+        if group is None:
+            group = {"name": prefix, "dtype": spec.dtype, "shape": spec.shape, "layers": set()}
+            layered[prefix] = group
+            rows.append(group)
+        group["layers"].add(int(match.group(2)))
+    for group in layered.values():
+        layers = sorted(group.pop("layers"))
+        group["name"] = f"{group['name']}.{{{layers[0]}..{layers[-1]}}}.key|value"
+    return rows
+
+
+def summarize(bundle: Bundle) -> dict[str, Any]:
+    manifest = bundle.manifest
+    sizes: dict[str, int] = {}
+    for rel, entry in manifest.files.items():
+        top = rel.split("/", 1)[0]
+        sizes[top] = sizes.get(top, 0) + entry.size
+    graphs = {}
+    for role, spec in manifest.graphs.items():
+        graph_bytes = sum(e.size for rel, e in manifest.files.items() if rel == spec.file or
+                          rel.startswith(spec.file + "."))
+        graphs[role] = {
+            **spec.model_dump(exclude={"inputs", "outputs"}),
+            "bytes": graph_bytes,
+            "inputs": compact_io(spec.inputs),
+            "outputs": compact_io(spec.outputs),
+        }
+    return {
+        "path": str(bundle.path),
+        "schema_version": manifest.schema_version,
+        "tool_version": manifest.tool_version,
+        "stages": bundle.stages(),
+        "graphs": graphs,
+        "tokenizer": manifest.tokenizer.model_dump(),
+        "total_bytes": sum(sizes.values()),
+        "bytes_by_entry": sizes,
+        "lineage": [entry.model_dump() for entry in manifest.lineage],
+        "reports": manifest.reports,
+        "custom_ops": manifest.custom_ops,
+        "quantization": manifest.quantization,
+        "buckets": manifest.buckets,
+    }

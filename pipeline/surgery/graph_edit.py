@@ -1,0 +1,64 @@
+"""Small, explicit edits of an ONNX ModelProto shared by the surgery passes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx
+from onnx import TensorProto, helper
+
+from specdec.custom_ops import DOMAIN, VERSION
+from specdec.custom_ops.schema import OpSchema
+
+DTYPES = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "int64": TensorProto.INT64}
+
+
+def output_shape(model: onnx.ModelProto, name: str) -> list[int | str] | None:
+    for value in model.graph.output:
+        if value.name == name:
+            return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+    return None
+
+
+def elem_type(model: onnx.ModelProto, name: str) -> int:
+    for value in [*model.graph.output, *model.graph.input]:
+        if value.name == name:
+            return int(value.type.tensor_type.elem_type)
+    raise KeyError(name)
+
+
+def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    return [node for node in model.graph.node if node.domain == DOMAIN]
+
+
+def add_input(model: onnx.ModelProto, name: str, dtype: str, shape: Sequence[int | str]) -> None:
+    model.graph.input.append(helper.make_tensor_value_info(name, DTYPES[dtype], list(shape)))
+
+
+def add_output(model: onnx.ModelProto, name: str, dtype: str, shape: Sequence[int | str]) -> None:
+    model.graph.output.append(helper.make_tensor_value_info(name, DTYPES[dtype], list(shape)))
+
+
+def squeeze_batch_as_float(model: onnx.ModelProto, source: str, prefix: str) -> str:
+    """[1, q, ...] -> [q, ...] as float32 (fp16 graphs get a Cast: the op functions are float32)."""
+    axes = f"{prefix}_axes0"
+    model.graph.initializer.append(helper.make_tensor(axes, TensorProto.INT64, [1], [0]))
+    squeezed = f"{prefix}_squeezed"
+    model.graph.node.append(helper.make_node("Squeeze", [source, axes], [squeezed], name=f"{prefix}_Squeeze"))
+    if elem_type(model, source) == TensorProto.FLOAT:
+        return squeezed
+    as_float = f"{prefix}_float"
+    model.graph.node.append(helper.make_node("Cast", [squeezed], [as_float], to=TensorProto.FLOAT,
+                                             name=f"{prefix}_Cast"))
+    return as_float
+
+
+def add_custom_node(model: onnx.ModelProto, schema: OpSchema, inputs: list[str],
+                    functions: list[onnx.FunctionProto], **attributes: int) -> None:
+    node = helper.make_node(schema.name, inputs, schema.output_names, domain=DOMAIN, name=schema.name)
+    node.attribute.extend(helper.make_attribute(key, value) for key, value in attributes.items())
+    model.graph.node.append(node)
+    known = {(f.domain, f.name) for f in model.functions}
+    model.functions.extend(f for f in functions if (f.domain, f.name) not in known)
+    if not any(o.domain == DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(DOMAIN, VERSION))

@@ -1,0 +1,43 @@
+"""Draft side: DynamicTreePrune after `logits`, its scalars as graph inputs (DESIGN §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+
+from specdec.custom_ops.registry import OPS
+from specdec.pipeline.surgery import graph_edit
+
+OP = OPS["DynamicTreePrune"]
+ROLE = "draft"
+SCALAR_INPUTS = ("temperature", "entropy_low", "entropy_high", "beta_base", "rho_min", "rho_max")
+
+
+def check(model: onnx.ModelProto) -> str | None:
+    """Why this graph cannot take the op, or None when it can."""
+    shape = graph_edit.output_shape(model, "logits")
+    if shape is None:
+        return "it has no 'logits' output"
+    if len(shape) != 3:
+        return f"its 'logits' output has rank {len(shape)}, expected [1, q, vocab]"
+    if any(node.op_type == OP.schema.name for node in graph_edit.custom_nodes(model)):
+        return "it already contains DynamicTreePrune (the bundle was surgered before)"
+    taken = {v.name for v in model.graph.input} & set(SCALAR_INPUTS)
+    if taken:
+        return f"it already has inputs named {sorted(taken)}"
+    return None
+
+
+def apply(model: onnx.ModelProto, *, max_k: int) -> dict[str, Any]:
+    logits = graph_edit.squeeze_batch_as_float(model, "logits", "prune")
+    for name in SCALAR_INPUTS:
+        graph_edit.add_input(model, name, "float", [])
+    graph_edit.add_custom_node(model, OP.schema, [logits, *SCALAR_INPUTS], OP.function_protos(), max_k=max_k)
+    q = graph_edit.output_shape(model, "logits")[1]  # type: ignore[index]
+    outputs = {"cand_ids": ("int64", [q, max_k]), "cand_logprob": ("float", [q, max_k]), "keep": ("int64", [q]),
+               "entropy": ("float", [q])}
+    for name, (dtype, shape) in outputs.items():
+        graph_edit.add_output(model, name, dtype, shape)
+    return {"op": OP.schema.name, "attributes": {"max_k": max_k}, "inputs": list(SCALAR_INPUTS),
+            "outputs": list(outputs)}

@@ -1,0 +1,58 @@
+"""Target side: BlockSparseVerify after `logits`; only the accepted path leaves the graph (DESIGN §3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+
+from specdec.custom_ops.registry import OPS
+from specdec.pipeline.surgery import graph_edit
+
+OP = OPS["BlockSparseVerify"]
+ROLE = "target"
+# name -> (dtype, shape); `q` is the graph's sequence dimension
+NEW_INPUTS: dict[str, tuple[str, list[int | str]]] = {
+    "tree_parent": ("int64", ["q"]),
+    "tree_depth": ("int64", ["q"]),
+    "uniforms": ("double", ["q", 1]),  # column 0 drives the match draw; rrs runs on the host
+    "temperature": ("float", []),
+    "mode": ("int64", []),
+    "top_k": ("int64", []),
+    "top_p": ("float", []),
+}
+
+
+def check(model: onnx.ModelProto) -> str | None:
+    """Why this graph cannot take the op, or None when it can."""
+    shape = graph_edit.output_shape(model, "logits")
+    if shape is None:
+        return "it has no 'logits' output"
+    if len(shape) != 3:
+        return f"its 'logits' output has rank {len(shape)}, expected [1, q, vocab]"
+    if "input_ids" not in {v.name for v in model.graph.input}:
+        return "it has no 'input_ids' input (the tree tokens)"
+    if any(node.op_type == OP.schema.name for node in graph_edit.custom_nodes(model)):
+        return "it already contains BlockSparseVerify (the bundle was surgered before)"
+    taken = {v.name for v in model.graph.input} & set(NEW_INPUTS)
+    if taken:
+        return f"it already has inputs named {sorted(taken)}"
+    return None
+
+
+def apply(model: onnx.ModelProto) -> dict[str, Any]:
+    q = graph_edit.output_shape(model, "logits")[1]  # type: ignore[index]
+    logits = graph_edit.squeeze_batch_as_float(model, "logits", "verify")
+    tokens = "verify_tree_tokens"
+    axes = "verify_tokens_axes0"
+    model.graph.initializer.append(onnx.helper.make_tensor(axes, onnx.TensorProto.INT64, [1], [0]))
+    model.graph.node.append(onnx.helper.make_node("Squeeze", ["input_ids", axes], [tokens], name="verify_tokens"))
+    for name, (dtype, shape) in NEW_INPUTS.items():
+        graph_edit.add_input(model, name, dtype, [q if d == "q" else d for d in shape])
+    inputs = [logits, tokens, "tree_parent", "tree_depth", "uniforms", "temperature", "mode", "top_k", "top_p"]
+    graph_edit.add_custom_node(model, OP.schema, inputs, OP.function_protos())
+    outputs = {"accepted": ("int64", [q]), "accepted_len": ("int64", []), "next_token": ("int64", [])}
+    for name, (dtype, shape) in outputs.items():
+        graph_edit.add_output(model, name, dtype, shape)
+    return {"op": OP.schema.name, "attributes": {}, "inputs": list(NEW_INPUTS), "outputs": list(outputs),
+            "host_modes": ["rrs"]}

@@ -1,0 +1,1 @@
+"""Device profiles and scenario templates (YAML), validated on load."""

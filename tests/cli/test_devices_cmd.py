@@ -1,0 +1,72 @@
+"""`specdec devices` over the stand-in, through the real adb binary."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from standin.adb_env import AdbServer
+from standin.conftest import MakeStandin, adb_env, make_standin  # noqa: F401
+from typer.testing import CliRunner
+
+from specdec.cli.app import app
+from specdec.cli.console import out
+
+ADB_KEYS = ("ANDROID_ADB_SERVER_PORT", "HOME", "TMPDIR", "ADB_LOCAL_TRANSPORT_MAX_PORT")
+
+
+@pytest.fixture
+def adb_environ(adb_env: AdbServer, monkeypatch: pytest.MonkeyPatch) -> AdbServer:  # noqa: F811
+    for key in ("ANDROID_SERIAL", "ADB_SERVER_SOCKET"):
+        monkeypatch.delenv(key, raising=False)
+    for key in ADB_KEYS:
+        monkeypatch.setenv(key, adb_env.env[key])
+    monkeypatch.setattr(out, "width", 250)  # keep table cells on one line
+    return adb_env
+
+
+@pytest.mark.adb
+def test_devices_table(adb_environ: AdbServer, make_standin: MakeStandin) -> None:  # noqa: F811
+    bare = make_standin(model="Bare_Phone", battery_level=64)
+    ready = make_standin(model="Ready_Phone", python=sys.executable, charging=True, usb_online=True)
+    result = CliRunner().invoke(app, ["devices"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    bare_line = next(line for line in lines if bare.serial in line)
+    ready_line = next(line for line in lines if ready.serial in line)
+    assert "Bare_Phone" in bare_line and "64%" in bare_line and "missing python (python3)" in bare_line
+    assert "Ready_Phone" in ready_line and "yes (usb)" in ready_line and "ok python" in ready_line
+    assert "arm64-v8a" in ready_line and "14" in ready_line
+
+
+@pytest.mark.adb
+def test_devices_json_and_serial(adb_environ: AdbServer, make_standin: MakeStandin) -> None:  # noqa: F811
+    dev = make_standin(python=sys.executable)
+    make_standin()
+    result = CliRunner().invoke(app, ["devices", "--serial", dev.serial, "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["serial"] == dev.serial and row["state"] == "device"
+    assert row["python_usable"] is True and row["python_missing"] == []
+    assert row["info"]["python"]["numpy"] and row["info"]["battery_level"] == 80
+    missing = CliRunner().invoke(app, ["devices", "--python", "/nope/python3", "--json", "-s", dev.serial])
+    assert json.loads(missing.output)[0]["python_missing"] == ["python (/nope/python3)"]
+
+
+@pytest.mark.adb
+def test_devices_unknown_serial_and_none(adb_environ: AdbServer) -> None:
+    empty = CliRunner().invoke(app, ["devices"])
+    assert empty.exit_code == 0 and "no devices attached" in empty.output
+    assert json.loads(CliRunner().invoke(app, ["devices", "--json"]).output) == []
+    unknown = CliRunner().invoke(app, ["devices", "--serial", "127.0.0.1:1"])
+    assert unknown.exit_code == 8 and "'127.0.0.1:1' is not attached" in unknown.output
+
+
+def test_devices_without_adb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = CliRunner().invoke(app, ["devices"])
+    assert result.exit_code == 8
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "adb binary was not found" in lines[0] and "apt-get install adb" in lines[0]
