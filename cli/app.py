@@ -5,7 +5,18 @@ from __future__ import annotations
 import typer
 
 from specdec import __version__
-from specdec.cli import devices_cmd, export_cmd, generate_cmd, inspect_cmd, surgery_cmd
+from specdec.cli import (
+    bench_cmd,
+    compile_cmd,
+    devices_cmd,
+    export_cmd,
+    generate_cmd,
+    inspect_cmd,
+    pipeline_cmd,
+    profiles_cmd,
+    quantize_cmd,
+    surgery_cmd,
+)
 from specdec.cli.console import guarded, out, refresh_width, setup_logging
 
 app = typer.Typer(
@@ -33,22 +44,26 @@ def root(
     setup_logging(verbose)
 
 
-app.command("export", help="Export a Hugging Face target + draft to a validated ONNX bundle.")(
-    guarded(export_cmd.export)
+# (name, module function, one-line help) in the order a user meets them
+COMMANDS = (
+    ("pipeline", pipeline_cmd.pipeline,
+     "export → surgery → quantize → compile → bench from one YAML (default: the demo pair)."),
+    ("export", export_cmd.export, "Export a Hugging Face target + draft to a validated ONNX bundle."),
+    ("surgery", surgery_cmd.surgery,
+     "Insert the com.endpoint.ai custom ops as ONNX functions (stock onnxruntime runs them)."),
+    ("quantize", quantize_cmd.quantize,
+     "Quantize weights to INT4 MatMulNBits (AWQ, GPTQ or RTN) with a quality report."),
+    ("compile", compile_cmd.compile_,
+     "Compile bucketed static-shape graphs (fixed KV buffer), ORT format, readiness report."),
+    ("bench", bench_cmd.bench,
+     "Plain vs speculative decoding on a device: latency, acceptance, power, thermal, CI gates."),
+    ("generate", generate_cmd.generate, "Stream text with speculative decoding from any bundle."),
+    ("inspect", inspect_cmd.inspect, "Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer."),
+    ("devices", devices_cmd.devices, "List adb devices: model, Android, ABI, battery, Python/numpy/onnxruntime."),
 )
-app.command("inspect", help="Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer.")(
-    guarded(inspect_cmd.inspect)
-)
-app.command("surgery", help="Insert the com.endpoint.ai custom ops as ONNX functions (stock onnxruntime runs them).")(
-    guarded(surgery_cmd.surgery)
-)
-app.command("generate", help="Stream text with speculative decoding from any bundle.")(
-    guarded(generate_cmd.generate)
-)
-
-app.command("devices", help="List adb devices: model, Android, ABI, battery, Python/numpy/onnxruntime.")(
-    guarded(devices_cmd.devices)
-)
+for _name, _function, _help in COMMANDS:
+    app.command(_name, help=_help)(guarded(_function))
+app.add_typer(profiles_cmd.app, name="profiles", help="Device profiles and scenario templates: list, show.")
 
 
 def main() -> None:

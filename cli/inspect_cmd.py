@@ -11,6 +11,7 @@ from rich.table import Table
 
 from specdec.cli.console import out
 from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.errors import BundleError
 from specdec.pipeline.summary import summarize
 
 
@@ -66,9 +67,23 @@ def render(summary: dict[str, Any]) -> None:
 def inspect(
     bundle: Path = typer.Argument(..., help="Bundle directory."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    mobile: bool = typer.Option(False, "--mobile", help="Mobile-readiness report of a compiled bundle."),
 ) -> None:
     """Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer."""
-    summary = summarize(Bundle.load(bundle))
+    loaded = Bundle.load(bundle)
+    if mobile:
+        report = loaded.manifest.reports.get("compile", {}).get("readiness")
+        if not report:
+            raise BundleError(f"bundle '{bundle}' is not compiled, so it has no readiness report",
+                              "run `specdec compile` first")
+        if as_json:
+            out.print_json(json.dumps(report))
+        else:
+            from specdec.cli.compile_cmd import readiness_table
+
+            out.print(readiness_table(report))
+        return
+    summary = summarize(loaded)
     if as_json:
         out.print_json(json.dumps(summary, default=str))
     else:

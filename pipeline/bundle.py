@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
@@ -217,10 +217,11 @@ def check_output_path(out: Path, *, force: bool, sources: tuple[Path, ...] = ())
         raise InputError(f"output '{out}' exists and is not a directory", "remove it or choose another -o")
 
 
-class BundleWriter:
-    """Builds a bundle in a temporary directory and renames it into place on `finish`.
+class StagedDirectory:
+    """A directory built under a hidden temporary name and renamed into place on `commit`.
 
-    Use as a context manager: any exception (Ctrl-C included) removes the partial output.
+    Use as a context manager: any exception (Ctrl-C included) removes the partial output, and
+    an existing output is replaced only once the new one is complete.
     """
 
     def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path, ...] = ()) -> None:
@@ -230,7 +231,7 @@ class BundleWriter:
         self._tmp: Path | None = None
         self._done = False
 
-    def __enter__(self) -> BundleWriter:
+    def __enter__(self) -> Self:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".partial", dir=self.out.parent))
         return self
@@ -247,8 +248,23 @@ class BundleWriter:
     @property
     def dir(self) -> Path:
         if self._tmp is None:
-            raise RuntimeError("BundleWriter used outside its `with` block")
+            raise RuntimeError(f"{type(self).__name__} used outside its `with` block")
         return self._tmp
+
+    def commit(self) -> Path:
+        old: Path | None = None
+        if self.out.exists():
+            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
+            self.out.replace(old)
+        self.dir.replace(self.out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        self._done = True
+        return self.out
+
+
+class BundleWriter(StagedDirectory):
+    """Builds a bundle in a temporary directory and renames it into place on `finish`."""
 
     def copy_from(self, bundle: Bundle, *, exclude: Collection[str] = ()) -> None:
         """Copy the source bundle's files (not hard links: later writes must not reach the input)."""
@@ -282,26 +298,16 @@ class BundleWriter:
             LineageEntry(
                 stage=stage,
                 tool_version=__version__,
-                created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                 config=config,
                 inputs=inputs,
                 fingerprint=fingerprint(stage, config, inputs),
             )
         )
         (self.dir / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
-        self._move_into_place()
-        self._done = True
+        self.commit()
         log.info("wrote bundle %s (%d files)", self.out, len(files))
         return Bundle(self.out, manifest)
-
-    def _move_into_place(self) -> None:
-        old: Path | None = None
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
-            self.out.replace(old)
-        self.dir.replace(self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
 
 
 def input_digests(bundle: Bundle) -> dict[str, str]:

@@ -23,6 +23,7 @@ class PromptItem:
     id: str
     text: str | None = None
     input_ids: list[int] | None = None
+    scenario: str | None = None  # code / chat / creative / knowledge, used by bench's enable rule
 
 
 def load_prompts(path: Path) -> list[PromptItem]:
@@ -44,7 +45,7 @@ def load_prompts(path: Path) -> list[PromptItem]:
         ids = record.get("input_ids")
         if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) for t in ids)):
             raise InputError(f"{path}:{number}: 'input_ids' must be a list of integers", "fix the line")
-        items.append(PromptItem(str(record.get("id", number)), record.get("text"), ids))
+        items.append(PromptItem(str(record.get("id", number)), record.get("text"), ids, record.get("scenario")))
     if not items:
         raise InputError(f"prompts file '{path}' has no prompts", "add one JSON object per line")
     return items

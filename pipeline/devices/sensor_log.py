@@ -67,6 +67,7 @@ class SensorLog:
     warnings: list[str] = field(default_factory=list)
     skipped_lines: int = 0
     rapl_energy_mj: float | None = None
+    start_epoch_s: float | None = None  # device clock of the first sample, to align with runner events
 
     def power_values(self) -> list[float]:
         battery = [s.power_mw for s in self.samples if s.power_mw is not None]
@@ -274,7 +275,8 @@ def parse_sensor_log(text: str, sensors: SensorSpec) -> SensorLog:
                      voltage_unit_source=volt_source, discharge_sign=sign, discharge_sign_source=sign_source,
                      temp_units={zone_keys[n]: u for n, u in temp_units.items()}, charging=charging,
                      usb_powered=usb_powered, warnings=warnings, skipped_lines=skipped,
-                     rapl_energy_mj=rapl_total_uj / 1000 if rapl_ok and len(rows) > 1 else None)
+                     rapl_energy_mj=rapl_total_uj / 1000 if rapl_ok and len(rows) > 1 else None,
+                     start_epoch_s=t0 if times else None)
 
 
 def _unit(configured: CurrentUnit | VoltageUnit, auto: CurrentUnit | VoltageUnit, values: list[float],

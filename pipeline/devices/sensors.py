@@ -271,3 +271,31 @@ def wait_for_cooldown(device: Device, sensors: SensorSpec, thermal: ThermalSpec,
             return CooldownResult("timeout", target, waited, first, hottest, zone, readings, detail)
         log.info("cooling down: %s at %.1f °C, target below %g °C", zone, hottest, target)
         sleep(min(poll_s, max(limit - waited, 0.0)))
+
+
+# ------------------------------------------------------------------------------- thermal events
+def thermal_events(sensors: SensorLog, thermal: ThermalSpec) -> list[dict[str, object]]:
+    """Threshold crossings of the hottest zone, with the profile's hysteresis (DESIGN §5).
+
+    normal -> throttle above `throttle_c`, -> disable above `disable_c`; back to normal only
+    below `recover_c`. Each transition is one event with the sample's device time.
+    """
+    events: list[dict[str, object]] = []
+    state = "normal"
+    start = sensors.start_epoch_s
+    for sample in sensors.samples:
+        if not sample.temps_c or start is None:
+            continue
+        zone, temp = max(sample.temps_c.items(), key=lambda item: item[1])
+        new = state
+        if temp > thermal.disable_c:
+            new = "disable"
+        elif temp > thermal.throttle_c and state == "normal":
+            new = "throttle"
+        elif temp < thermal.recover_c:
+            new = "normal"
+        if new != state:
+            events.append({"name": f"thermal_{new}", "from": state, "to": new, "temp_c": temp, "zone": zone,
+                           "ts_ns": int((start + sample.t_s) * 1e9)})
+            state = new
+    return events

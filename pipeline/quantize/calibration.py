@@ -151,7 +151,8 @@ def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len
     prompt_len = max(min(PROMPT_TOKENS, step), 1)
     engine_prompts = [list(holdout[i * step: i * step + prompt_len]) for i in range(min(prompts, len(holdout)))]
     for warning in warnings:
-        log.warning(warning)
+        # The built-in text is small by design; only a file the user chose deserves a warning.
+        log.log(logging.WARNING if calib is not None else logging.INFO, warning)
     return CalibrationData(str(path), windows, eval_windows, eval_source, engine_prompts, warnings)
 
 

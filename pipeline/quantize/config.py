@@ -56,6 +56,7 @@ class QuantizeConfig:
     max_ppl_increase: float | None = None  # percent
     seed: int = 0
     force: bool = False
+    quantize_embeddings: bool = False
     # Size of the engine check in the quality report (prompts x new tokens, greedy).
     eval_prompts: int = 8
     eval_new_tokens: int = 32
@@ -100,6 +101,12 @@ class QuantizeConfig:
             return 8
         return 4
 
+    def embedding_bits_for(self, role: str, table: str) -> int | None:
+        """Embedding tables (--quantize-embeddings): 8 bits in the target, 4 in the draft."""
+        if any(fnmatch.fnmatchcase(table, pattern) for pattern in self.keep_float):
+            return None
+        return 8 if role == "target" else 4
+
     def record(self) -> dict[str, Any]:
         """What the lineage stores: everything that changes the output."""
         from specdec.pipeline.bundle import sha256_file
@@ -119,5 +126,6 @@ class QuantizeConfig:
             "calib_seq_len": self.calib_seq_len,
             "eval": file_record(self.eval_file),
             "max_ppl_increase": self.max_ppl_increase,
+            "quantize_embeddings": self.quantize_embeddings,
             "seed": self.seed,
         }

@@ -27,7 +27,7 @@ from specdec.pipeline.quantize.packing import Packed
 MS_DOMAIN = "com.microsoft"
 _SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 _WRAPPER_PREFIX = "model."
-_FLOAT_TYPES = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
+_FLOAT_TYPES: dict[int, type[np.floating]] = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Rewrite:
     accuracy_level: int
 
 
-def _module_name(node: onnx.NodeProto) -> str | None:
+def module_name(node: onnx.NodeProto) -> str | None:
     for prop in node.metadata_props:
         if prop.key != _SCOPES_KEY:
             continue
@@ -70,7 +70,7 @@ def _module_name(node: onnx.NodeProto) -> str | None:
     return None
 
 
-def _attr(node: onnx.NodeProto, name: str, default: float | int | list[int] | None) -> object:
+def attribute_value(node: onnx.NodeProto, name: str, default: float | int | list[int] | None) -> object:
     for attribute in node.attribute:
         if attribute.name == name:
             return helper.get_attribute_value(attribute)
@@ -86,7 +86,7 @@ def _weight_source(name: str, inits: dict[str, TensorProto], producers: dict[str
     if producer is None or producer.op_type != "Transpose" or producer.domain not in ("", "ai.onnx"):
         return None
     source = producer.input[0]
-    perm = _attr(producer, "perm", None)
+    perm = attribute_value(producer, "perm", None)
     if source in inits and source not in graph_inputs and (perm is None or list(perm) == [1, 0]):  # type: ignore[call-overload]
         return source, True, name
     return None
@@ -105,13 +105,13 @@ def find_layers(model: onnx.ModelProto) -> list[Layer]:
         bias: str | None = None
         trans_b = False
         if node.op_type == "Gemm":
-            if _attr(node, "transA", 0) or _attr(node, "alpha", 1.0) != 1.0:
+            if attribute_value(node, "transA", 0) or attribute_value(node, "alpha", 1.0) != 1.0:
                 continue
             if len(node.input) > 2 and node.input[2]:
-                if _attr(node, "beta", 1.0) != 1.0:
+                if attribute_value(node, "beta", 1.0) != 1.0:
                     continue
                 bias = node.input[2]
-            trans_b = bool(_attr(node, "transB", 0))
+            trans_b = bool(attribute_value(node, "transB", 0))
         source = _weight_source(node.input[1], inits, producers, graph_inputs)
         if source is None:
             continue
@@ -121,7 +121,7 @@ def find_layers(model: onnx.ModelProto) -> list[Layer]:
             continue
         transposed = via_transpose != trans_b
         k, n = (init.dims[1], init.dims[0]) if transposed else (init.dims[0], init.dims[1])
-        name = _module_name(node) or init_name
+        name = module_name(node) or init_name
         seen[name] = seen.get(name, 0) + 1
         if seen[name] > 1:
             name = f"{name}#{seen[name]}"
@@ -141,19 +141,19 @@ def load_weight(model: onnx.ModelProto, layer: Layer) -> np.ndarray:
     raise KeyError(layer.weight)
 
 
-def _names_used(graph: onnx.GraphProto) -> Iterator[str]:
+def names_used(graph: onnx.GraphProto) -> Iterator[str]:
     """Every tensor name a node of `graph` or of its subgraphs reads (outer-scope reads included)."""
     for node in graph.node:
         yield from node.input
         for attribute in node.attribute:
             if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _names_used(attribute.g)
+                yield from names_used(attribute.g)
             elif attribute.type == onnx.AttributeProto.GRAPHS:
                 for sub in attribute.graphs:
-                    yield from _names_used(sub)
+                    yield from names_used(sub)
 
 
-def _unique(base: str, taken: set[str]) -> str:
+def unique_name(base: str, taken: set[str]) -> str:
     name, count = base, 1
     while name in taken:
         count += 1
@@ -166,31 +166,34 @@ def _replacement(rewrite: Rewrite, node: onnx.NodeProto, taken: set[str]) -> tup
                                                                                       list[TensorProto]]:
     layer, packed = rewrite.layer, rewrite.packed
     prefix = layer.name.replace("#", "_")
-    inits = [numpy_helper.from_array(packed.weight, _unique(f"{prefix}.qweight{packed.bits}", taken)),
-             numpy_helper.from_array(packed.scales.astype(layer.dtype), _unique(f"{prefix}.scales", taken))]
+    inits = [numpy_helper.from_array(packed.weight, unique_name(f"{prefix}.qweight{packed.bits}", taken)),
+             numpy_helper.from_array(packed.scales.astype(layer.dtype), unique_name(f"{prefix}.scales", taken))]
     inputs = [layer.input, inits[0].name, inits[1].name]
     if packed.zero_points is not None:
-        inits.append(numpy_helper.from_array(packed.zero_points, _unique(f"{prefix}.zero_points", taken)))
+        inits.append(numpy_helper.from_array(packed.zero_points, unique_name(f"{prefix}.zero_points", taken)))
         inputs.append(inits[-1].name)
     nodes: list[onnx.NodeProto] = []
     if rewrite.input_scale is not None:
         inits.append(numpy_helper.from_array(rewrite.input_scale.astype(layer.dtype),
-                                             _unique(f"{prefix}.awq_inv_scale", taken)))
-        scaled = _unique(f"{prefix}.awq_input", taken)
+                                             unique_name(f"{prefix}.awq_inv_scale", taken)))
+        scaled = unique_name(f"{prefix}.awq_input", taken)
         nodes.append(helper.make_node("Mul", [layer.input, inits[-1].name], [scaled],
-                                      name=_unique(f"{layer.node}_awq_scale", taken)))
+                                      name=unique_name(f"{layer.node}_awq_scale", taken)))
         inputs[0] = scaled
-    product = layer.output if layer.bias is None else _unique(f"{prefix}.matmul_out", taken)
+    product = layer.output if layer.bias is None else unique_name(f"{prefix}.matmul_out", taken)
     attrs: dict[str, int] = {"K": layer.K, "N": layer.N, "bits": packed.bits, "block_size": packed.block_size}
     if rewrite.accuracy_level:  # 0 is the default; some consumers reject the attribute
         attrs["accuracy_level"] = rewrite.accuracy_level
-    nodes.append(helper.make_node("MatMulNBits", inputs, [product], name=_unique(f"{layer.node}_Q{packed.bits}",
-                                                                                  taken), domain=MS_DOMAIN, **attrs))
+    matmul = helper.make_node("MatMulNBits", inputs, [product], name=unique_name(f"{layer.node}_Q{packed.bits}", taken),
+                              domain=MS_DOMAIN)
+    matmul.attribute.extend(helper.make_attribute(key, value) for key, value in attrs.items())
+    nodes.append(matmul)
     if layer.bias is not None:
         nodes.append(helper.make_node("Add", [product, layer.bias], [layer.output],
-                                      name=_unique(f"{layer.node}_bias", taken)))
-    for new in nodes:  # keep the module path, so tools (and this module) can still name the layer
-        new.metadata_props.extend(node.metadata_props)
+                                      name=unique_name(f"{layer.node}_bias", taken)))
+    scopes = [prop for prop in node.metadata_props if prop.key == _SCOPES_KEY]
+    for new in nodes:  # keep the module path (not the bulky stack traces) so tools can still name the layer
+        new.metadata_props.extend(scopes)
     return nodes, inits
 
 
@@ -215,13 +218,13 @@ def apply_rewrites(model: onnx.ModelProto, rewrites: list[Rewrite]) -> None:
     graph.initializer.extend(new_inits)
 
     # Only what fed the rewritten layers may go: a tied embedding still reads its table.
-    used = set(_names_used(graph)) | {value.name for value in graph.output}
+    used = set(names_used(graph)) | {value.name for value in graph.output}
     dead_transposes = {r.layer.via_transpose for r in rewrites if r.layer.via_transpose} - used
     if dead_transposes:
         keep = [node for node in graph.node if not (node.op_type == "Transpose" and node.output[0] in dead_transposes)]
         del graph.node[:]
         graph.node.extend(keep)
-        used = set(_names_used(graph)) | {value.name for value in graph.output}
+        used = set(names_used(graph)) | {value.name for value in graph.output}
     dead_inits = {r.layer.weight for r in rewrites} - used
     if dead_inits:
         keep_inits = [init for init in graph.initializer if init.name not in dead_inits]

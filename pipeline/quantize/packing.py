@@ -80,8 +80,8 @@ def pack(codes: np.ndarray, scales: np.ndarray, zero_points: np.ndarray | None, 
             raise ValueError(f"zero points must be [N, k_blocks] = {(n, blocks)}, got {zero_points.shape}")
         zp = zero_points.astype(np.uint8)
         if bits == 4:
-            if blocks % 2:
-                zp = np.concatenate([zp, np.zeros((n, 1), np.uint8)], axis=1)
+            if blocks % 2:  # the unused nibble holds the neutral 8, as ORT's packer writes it
+                zp = np.concatenate([zp, np.full((n, 1), symmetric_zero_point(bits), np.uint8)], axis=1)
             zp = _nibbles(zp)
         packed_zp = np.ascontiguousarray(zp).reshape(-1)
     return Packed(np.ascontiguousarray(weight), np.ascontiguousarray(scales).reshape(-1), packed_zp, bits,

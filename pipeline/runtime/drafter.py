@@ -29,6 +29,7 @@ class RoundPlan:
     budget: int
     depth: int
     width: int
+    beta_base: float | None = None  # overrides the prune parameters' beta_base (online adaptation)
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Drafter:
         self.runner = runner
         self.target_vocab = target_vocab
         self.pending: list[int] = []
+        self.beta_base: float | None = None  # this round's plan override
 
     def reset(self, prompt: list[int]) -> None:
         # The draft's prefill happens in the first round's level 0, saving a call.
@@ -82,8 +84,9 @@ class Drafter:
         """One draft forward and DynamicTreePrune on `rows`: in the graph when surgery put it there."""
         clock = StageClock(stats)
         p = config.prune
+        beta = p.beta_base if self.beta_base is None else self.beta_base
         scalars = {"temperature": config.draft_temperature, "entropy_low": p.entropy_low,
-                   "entropy_high": p.entropy_high, "beta_base": p.beta_base, "rho_min": p.rho_min, "rho_max": p.rho_max}
+                   "entropy_high": p.entropy_high, "beta_base": beta, "rho_min": p.rho_min, "rho_max": p.rho_max}
         with clock(DRAFT):
             if self.runner.has_prune:
                 _, extras = self.runner.forward(
@@ -105,6 +108,7 @@ class Drafter:
     def draft(self, root: int, root_position: int, plan: RoundPlan, config: DecodeConfig,
               rand: Randomness, round_key: int, stats: RoundStats) -> DraftResult:
         clock = StageClock(stats)
+        self.beta_base = plan.beta_base
         sampled = config.effective_mode is VerifyMode.rrs
         pool = CandidatePool(root)
         feed = [*self.pending, root]

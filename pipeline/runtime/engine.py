@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -26,7 +27,14 @@ from specdec.pipeline.runtime.stats import ACCEPT, COMMIT, VERIFY, Reply, RoundS
 from specdec.pipeline.runtime.tree import DraftTree, ancestor_matrix
 
 TokenSink = Callable[[list[int]], None]
-PlanHook = Callable[[int, RoundPlan], RoundPlan | None]  # (round index, default plan) -> plan or None = plain
+
+
+class RoundController(Protocol):
+    """Decides how much to draft each round (see controllers.py); never what is accepted."""
+
+    def plan(self, plan: RoundPlan) -> RoundPlan | None: ...  # None: decode this round plainly
+
+    def observe(self, stats: RoundStats) -> None: ...
 
 
 def causal_mask(length: int, past: int, dtype: np.dtype, neg: float) -> np.ndarray:
@@ -79,7 +87,7 @@ class Engine:
 
     # -- public API ------------------------------------------------------------------------
     def generate(self, prompt: Sequence[int], config: DecodeConfig, on_tokens: TokenSink | None = None,
-                 plan_hook: PlanHook | None = None) -> Reply:
+                 controller: RoundController | None = None) -> Reply:
         ids = self.check_prompt(prompt)
         speculative = config.speculative
         if speculative and self.drafter is None:
@@ -103,12 +111,14 @@ class Engine:
         stop = self._stop_reason(output, config)
         while stop is None:
             stats = RoundStats(index=len(rounds), kind="plain")
-            plan = self._plan(output, config, plan_hook, len(rounds)) if speculative else None
+            plan = self._plan(output, config, controller) if speculative else None
             if plan is None:
                 emitted = self._plain_step(output, config, rand, stats)
             else:
                 stats.kind = "speculative"
                 emitted = self._speculative_round(output, config, rand, plan, stats)
+            if controller is not None:
+                controller.observe(stats)
             rounds.append(stats)
             emitted = self._clip(emitted, output, config)
             output += emitted
@@ -118,7 +128,7 @@ class Engine:
         return Reply(ids, output, stop, ttft_ns, time.perf_counter_ns() - start, prefill_ns, rounds)
 
     # -- rounds ----------------------------------------------------------------------------
-    def _plan(self, output: list[int], config: DecodeConfig, hook: PlanHook | None, index: int) -> RoundPlan | None:
+    def _plan(self, output: list[int], config: DecodeConfig, controller: RoundController | None) -> RoundPlan | None:
         room = self.max_context - self.target.length  # slots left for the root and its drafts
         remaining = config.max_new_tokens - len(output)
         depth = min(config.depth, remaining - 1, room - 1)
@@ -128,11 +138,12 @@ class Engine:
             draft_room = draft.max_context - draft.length - len(self.drafter.pending) - 1
             depth = min(depth, 1 + draft_room // max(config.width, 1)) if draft_room >= 0 else 0
         plan = RoundPlan(budget=min(config.tree_budget, room), depth=depth, width=config.width)
-        if hook is not None:
-            plan = hook(index, plan)  # type: ignore[assignment]
-            if plan is None:
+        if controller is not None:
+            adjusted = controller.plan(plan)
+            if adjusted is None:
                 return None
-            plan = RoundPlan(min(plan.budget, room), min(plan.depth, depth), plan.width)
+            plan = RoundPlan(min(adjusted.budget, plan.budget), min(adjusted.depth, depth), adjusted.width,
+                             adjusted.beta_base)
         if plan.depth < 1 or plan.budget < 2:
             return None
         return plan

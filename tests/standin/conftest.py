@@ -13,6 +13,7 @@ from .adb_env import AdbServer
 from .adbd import StandinDevice
 
 MakeStandin = Callable[..., StandinDevice]
+ADB_KEYS = ("ANDROID_ADB_SERVER_PORT", "HOME", "TMPDIR", "ADB_LOCAL_TRANSPORT_MAX_PORT")
 
 
 @pytest.fixture
@@ -51,3 +52,13 @@ def make_standin(adb_env: AdbServer, tmp_path: Path) -> Iterator[MakeStandin]:
 def standin_device(make_standin: MakeStandin) -> StandinDevice:
     """A connected stand-in device with default knobs (no python3 on it)."""
     return make_standin()
+
+
+@pytest.fixture
+def adb_environ(adb_env: AdbServer, monkeypatch: pytest.MonkeyPatch) -> AdbServer:
+    """Make the private adb server the one this process (and the CLI) talks to."""
+    for key in ("ANDROID_SERIAL", "ADB_SERVER_SOCKET"):
+        monkeypatch.delenv(key, raising=False)
+    for key in ADB_KEYS:
+        monkeypatch.setenv(key, adb_env.env[key])
+    return adb_env

@@ -33,4 +33,5 @@ ALGORITHMS: dict[Method, Algorithm] = {
     Method.awq: Algorithm("awq", frozenset({ACTIVATIONS}), awq.quantize),
 }
 
-__all__ = ["ACTIVATIONS", "ALGORITHMS", "HESSIAN", "Algorithm", "LayerStats", "QuantResult", "QuantSpec"]
+__all__ = ["ACTIVATIONS", "ALGORITHMS", "HESSIAN", "Algorithm", "LayerStats", "QuantResult", "QuantSpec", "awq", "gptq",
+           "rtn"]

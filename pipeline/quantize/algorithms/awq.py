@@ -22,17 +22,26 @@ from specdec.pipeline.quantize.packing import dequantize
 
 GRID = 20
 _MIN_SCALE = 1e-4
+# Each grid point costs rows x K x N multiply-adds; a 150k-token head would take minutes with
+# every sampled row, so wide layers search on fewer (evenly spaced) rows, never under 128.
+_SEARCH_MACS = 4_000_000_000
+_MIN_ROWS = 128
 
 
 def channel_scales(mean_abs: np.ndarray, alpha: float) -> np.ndarray:
     scales = np.maximum(np.power(mean_abs.astype(np.float64), alpha), _MIN_SCALE)
-    return scales / np.sqrt(scales.max() * scales.min())
+    normalised: np.ndarray = scales / np.sqrt(scales.max() * scales.min())
+    return normalised
 
 
 def quantize(weight: np.ndarray, spec: QuantSpec, stats: LayerStats | None) -> QuantResult:
     if stats is None or stats.sample is None or stats.abs_sum is None:
         raise ValueError("AWQ needs calibration activations (mean |x| and a row sample) for every layer")
+    k, n = weight.shape
+    keep = max(_MIN_ROWS, _SEARCH_MACS // (k * n))
     rows = stats.sample.astype(np.float32)
+    if rows.shape[0] > keep:
+        rows = rows[np.linspace(0, rows.shape[0] - 1, keep).astype(np.int64)]
     w = weight.astype(np.float32)
     reference = rows @ w
     best: tuple[float, float, QuantResult, np.ndarray | None] | None = None

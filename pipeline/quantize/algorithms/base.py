@@ -109,7 +109,8 @@ def quantize_with(values: np.ndarray, scale: np.ndarray, zero: np.ndarray, bits:
     with np.errstate(divide="ignore"):
         reciprocal = np.where(scale32 != 0, np.float32(1) / scale32, np.float32(0)).astype(np.float32)
     scaled = (values.astype(np.float32) * reciprocal).astype(np.float32) + np.asarray(zero, np.float32)
-    return np.clip(_roundf(scaled.astype(np.float32)), 0, max_code(bits)).astype(np.uint8)
+    codes: np.ndarray = np.clip(_roundf(scaled.astype(np.float32)), 0, max_code(bits)).astype(np.uint8)
+    return codes
 
 
 def round_to_nearest(weight: np.ndarray, spec: QuantSpec) -> QuantResult:

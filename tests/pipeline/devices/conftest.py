@@ -12,27 +12,16 @@ from typing import Any
 import pytest
 from standin.adb_env import AdbServer
 from standin.adbd import StandinDevice
-from standin.conftest import adb_env, make_standin, standin_device  # noqa: F401
+from standin.conftest import adb_env, adb_environ, make_standin, standin_device  # noqa: F401
 
 from specdec.pipeline.devices.adb import AdbDevice
 from specdec.pipeline.profiles import DeviceProfile
 
-ADB_KEYS = ("ANDROID_ADB_SERVER_PORT", "HOME", "TMPDIR", "ADB_LOCAL_TRANSPORT_MAX_PORT")
 MakeStandin = Callable[..., StandinDevice]
 
 
 def make_profile(transport: str = "adb", **sections: Any) -> DeviceProfile:
     return DeviceProfile.model_validate({"name": f"test-{transport}", "transport": transport, **sections})
-
-
-@pytest.fixture
-def adb_environ(adb_env: AdbServer, monkeypatch: pytest.MonkeyPatch) -> AdbServer:  # noqa: F811
-    """Make the private adb server the one this process (and the CLI) talks to."""
-    for key in ("ANDROID_SERIAL", "ADB_SERVER_SOCKET"):
-        monkeypatch.delenv(key, raising=False)
-    for key in ADB_KEYS:
-        monkeypatch.setenv(key, adb_env.env[key])
-    return adb_env
 
 
 @pytest.fixture

@@ -1,0 +1,38 @@
+"""`specdec pipeline [CONFIG.yaml]`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from specdec.cli.bench_cmd import report_outcome
+from specdec.cli.console import RichProgress, err
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.chain import load_config, run_pipeline
+
+
+def pipeline(
+    config_file: Path = typer.Argument(None, help="Pipeline YAML (default: the built-in demo pair on this machine)."),
+    output: Path = typer.Option(None, "--out", "-o", help="Root directory of the stage outputs (overrides the file)."),
+    no_bench: bool = typer.Option(False, "--no-bench", help="Stop after compile."),
+) -> None:
+    """Run export -> surgery -> quantize -> compile -> bench, reusing stages whose inputs did not change."""
+    config = load_config(config_file)
+    updates: dict[str, object] = {}
+    if output is not None:
+        updates["output"] = output
+    if no_bench:
+        updates["bench"] = config.bench.model_copy(update={"enabled": False})
+    config = config.model_copy(update=updates)
+    err.print(f"pipeline: {config.target} → {config.output}")
+
+    def report(stage: str, bundle: Bundle, reused: bool) -> None:
+        verb = "reused" if reused else "built"
+        err.print(f"[green]✓[/] {stage}: {verb} [bold]{bundle.path}[/]")
+
+    bundle, outcome = run_pipeline(config, RichProgress(), report)
+    if outcome is None:
+        err.print(f"done: {bundle.path}")
+        return
+    report_outcome(outcome)

@@ -1,0 +1,90 @@
+"""`specdec quantize BUNDLE -o OUT --method awq|gptq|rtn`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from specdec.cli.console import RichProgress, err
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+
+
+def _mb(size: float) -> str:
+    return f"{size / 1e6:.2f} MB" if size >= 1e5 else f"{size / 1e3:.1f} KB"
+
+
+def _delta(before: float, after: float, digits: int = 3) -> tuple[str, str, str]:
+    change = f"{100 * (after / before - 1):+.1f}%" if before else "—"
+    return f"{before:.{digits}f}", f"{after:.{digits}f}", change
+
+
+def report_table(report: dict[str, Any], quantization: dict[str, Any]) -> Table:
+    table = Table(title="quantization quality (measured, same data before and after)", title_justify="left")
+    for column, justify in (("graph", "left"), ("figure", "left"), ("before", "right"), ("after", "right"),
+                            ("change", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for role, g in report["graphs"].items():
+        q = quantization["graphs"][role]
+        summary = q["summary"]
+        label = f"{role} ({q['method']}, {summary['int4']}×int4 {summary['int8']}×int8 {summary['float']}×float)"
+        ratio = f"×{g['size_ratio']:.2f}"
+        table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)
+        table.add_row("", "perplexity", *_delta(g["perplexity_before"], g["perplexity_after"]))
+    spec = report.get("speculative")
+    if spec:
+        table.add_row("pair", "draft top-1 agreement", *_delta(spec["top1_agreement_before"],
+                                                               spec["top1_agreement_after"]))
+        table.add_row("", "mean accepted length", *_delta(spec["mean_accepted_len_before"],
+                                                          spec["mean_accepted_len_after"], 2))
+        table.add_row("", "greedy lossless (spec = plain)", "", f"{spec['lossless_prompts']}/{spec['prompts']}", "")
+    total = report["total"]
+    table.add_row("bundle", "graphs on disk", _mb(total["bytes_before"]), _mb(total["bytes_after"]),
+                  f"×{total['size_ratio']:.2f}")
+    return table
+
+
+def quantize(
+    bundle: Path = typer.Argument(..., help="Float bundle written by `specdec export` (or surgery)."),
+    output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write."),
+    method: str = typer.Option("awq", "--method", help="awq | gptq | rtn, for both graphs."),
+    target_method: str = typer.Option(None, "--target-method", help="Override --method for the target."),
+    draft_method: str = typer.Option(None, "--draft-method", help="Override --method for the draft."),
+    group_size: int = typer.Option(None, "--group-size",
+                                   help="Rows per scale (power of two >= 16); default 128 where the width allows, "
+                                        "else 64 or 32."),
+    symmetric: bool = typer.Option(False, "--symmetric/--asymmetric", help="Zero point fixed at the centre or fitted."),
+    accuracy_level: int = typer.Option(4, "--accuracy-level", help="MatMulNBits compute: 4 = int8 (fastest on CPU), "
+                                                                   "0 = the graph's float type."),
+    keep_float: list[str] = typer.Option(None, "--keep-float",
+                                         help="Layer name pattern (fnmatch) to keep float; repeatable."),
+    calib: Path = typer.Option(None, "--calib", help="Calibration text, or JSONL with 'text' or 'input_ids' lines "
+                                                     "(default: built-in text)."),
+    calib_samples: int = typer.Option(128, "--calib-samples", help="Calibration windows."),
+    calib_seq_len: int = typer.Option(128, "--calib-seq-len", help="Tokens per calibration window."),
+    eval_file: Path = typer.Option(None, "--eval", help="Text for perplexity (default: held-out calibration slice)."),
+    max_ppl_increase: float = typer.Option(None, "--max-ppl-increase",
+                                           help="Fail when a graph's perplexity rises by more than this percent."),
+    quantize_embeddings: bool = typer.Option(False, "--quantize-embeddings",
+                                             help="Embedding tables to GatherBlockQuantized (target 8, draft 4 bits)."),
+    seed: int = typer.Option(0, help="Seed for sampling calibration windows and rows."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+) -> None:
+    """Quantize target and draft weights to INT4/INT8 MatMulNBits (RTN, GPTQ or AWQ) with a quality report."""
+    config = QuantizeConfig(
+        output=output, method=method, target_method=target_method, draft_method=draft_method,  # type: ignore[arg-type]
+        group_size=group_size, symmetric=symmetric, accuracy_level=accuracy_level, keep_float=tuple(keep_float or ()),
+        calib=calib, calib_samples=calib_samples, calib_seq_len=calib_seq_len, eval_file=eval_file,
+        max_ppl_increase=max_ppl_increase, seed=seed, force=force, quantize_embeddings=quantize_embeddings)
+    result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress())
+    report = result.manifest.reports["quantize"]
+    assert result.manifest.quantization is not None
+    err.print(report_table(report, result.manifest.quantization))
+    calibration = report["calibration"]
+    err.print(f"calibrated on {calibration['samples']} × {calibration['seq_len']} tokens of "
+              f"{Path(calibration['source']).name}; perplexity on {report['eval']['tokens']} tokens "
+              f"({report['eval']['source']})")
+    err.print(f"wrote [bold]{result.path}[/]; stock onnxruntime runs it (com.microsoft MatMulNBits)")

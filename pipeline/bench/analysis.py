@@ -1,0 +1,168 @@
+"""Turn runner events and sensor samples into the figures of DESIGN §6.
+
+Every figure is computed from measurements of one run (plain and speculative side by side);
+what cannot be measured is reported as None with the reason in `unavailable`, never invented.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from specdec.pipeline.devices.sensor_log import SensorLog
+from specdec.pipeline.runtime.stats import STAGES, VERIFY
+
+# Figures a CI gate can name, with the direction that counts as better.
+HIGHER_IS_BETTER = {"speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
+                    "predicted_speedup", "latency_gain_ms"}
+LOWER_IS_BETTER = {"ttft_ms", "reply_ms", "energy_per_token_mj", "peak_memory_mb", "mean_power_mw", "peak_temp_c",
+                   "verify_p50_ms"}
+
+
+@dataclass
+class Analysis:
+    figures: dict[str, float | None]
+    details: dict[str, Any]
+    lossless: dict[str, Any]
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    array = np.asarray(values)
+    return {"mean": float(array.mean()), "p50": float(np.percentile(array, 50)),
+            "p90": float(np.percentile(array, 90)), "p99": float(np.percentile(array, 99)), "n": len(values)}
+
+
+def _ms(ns: float) -> float:
+    return ns / 1e6
+
+
+def predicted_speedup(alpha: float, gamma: float, cost_ratio: float) -> float | None:
+    """S = (1 - alpha^(gamma+1)) / ((1 - alpha)(1 + gamma r)) (Leviathan et al.), chain-equivalent gamma."""
+    if gamma <= 0:
+        return None
+    expected = gamma + 1.0 if alpha >= 1.0 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return expected / (1 + gamma * cost_ratio)
+
+
+def _fixed_cost(rounds: list[dict[str, Any]], plain_rounds: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """Least-squares t(q) = a + b q over target verifications: a is the per-call overhead."""
+    points = [(r["tree_size"], _stage_ns(r, VERIFY)) for r in rounds + plain_rounds]
+    sizes = {q for q, _ in points}
+    if len(sizes) < 2:
+        return None, None
+    q = np.array([p[0] for p in points], float)
+    t = np.array([_ms(p[1]) for p in points], float)
+    slope, intercept = np.polyfit(q, t, 1)
+    return float(intercept), float(slope)
+
+
+def _stage_ns(round_event: dict[str, Any], stage: str) -> int:
+    return sum(duration for name, _start, duration in round_event["slices"] if name == stage)
+
+
+def _energy(sensors: SensorLog | None, windows: dict[str, list[tuple[int, int]]], tokens: dict[str, int],
+            unavailable: dict[str, str]) -> tuple[dict[str, float | None], float | None]:
+    if sensors is None:
+        unavailable["energy_per_token_mj"] = "no sensor log (the sampler did not run or the device was lost)"
+        return {}, None
+    start = sensors.start_epoch_s
+    timed = [(start + s.t_s, s.power_mw if s.power_mw is not None else s.rapl_power_mw) for s in sensors.samples
+             if start is not None]
+    powered = [(t, p) for t, p in timed if p is not None]
+    if not powered:
+        unavailable["energy_per_token_mj"] = ("no power reading: battery current/voltage and RAPL were "
+                                              "unreadable or of unknown sign")
+        return {}, None
+    overall = statistics.fmean(p for _, p in powered)
+    per_token: dict[str, float | None] = {}
+    for mode, spans in windows.items():
+        inside = [p for t, p in powered if any(a / 1e9 <= t <= b / 1e9 for a, b in spans)]
+        power = statistics.fmean(inside) if inside else overall  # replies shorter than the interval
+        seconds = sum(b - a for a, b in spans) / 1e9
+        per_token[mode] = power * seconds / tokens[mode] if tokens.get(mode) else None
+    return per_token, overall
+
+
+def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_equivalent: bool) -> Analysis:
+    replies = [e for e in events if e.get("type") == "reply"]
+    rounds = [e for e in events if e.get("type") == "round"]
+    by_mode = {mode: [r for r in replies if r["mode"] == mode] for mode in ("plain", "speculative")}
+    unavailable: dict[str, str] = {}
+    tokens = {m: sum(r["new_tokens"] for r in rs) for m, rs in by_mode.items()}
+    seconds = {m: sum(r["total_ns"] for r in rs) / 1e9 for m, rs in by_mode.items()}
+    rate = {m: tokens[m] / seconds[m] if seconds[m] else None for m in by_mode}
+    spec_rounds = [r for r in rounds if r["mode"] == "speculative" and r["kind"] == "speculative"]
+    plain_rounds = [r for r in rounds if r["mode"] == "plain"]
+    accepted = [r["accepted_len"] for r in spec_rounds]
+    accepted_drafts = sum(a - 1 for a in accepted)
+    rejections = sum(1 for r in spec_rounds if r["accepted_len"] - 1 < r["tree_depth"])
+    alpha = accepted_drafts / (accepted_drafts + rejections) if accepted_drafts + rejections else None
+    stage_ms = {stage: _percentiles([_ms(_stage_ns(r, stage)) for r in spec_rounds]) for stage in STAGES}
+    plain_step_ms = _percentiles([_ms(_stage_ns(r, VERIFY)) for r in plain_rounds])
+    draft_calls = sum(r["draft_calls"] for r in spec_rounds)
+    draft_ms = sum(_ms(_stage_ns(r, "Draft_Generate")) for r in spec_rounds)
+    cost_ratio = (draft_ms / draft_calls) / plain_step_ms["mean"] if draft_calls and plain_step_ms else None
+    fixed, per_node = _fixed_cost(spec_rounds, plain_rounds)
+    gamma = statistics.fmean(r["tree_depth"] for r in spec_rounds) if spec_rounds else 0.0
+    predicted = predicted_speedup(alpha, gamma, cost_ratio) if alpha is not None and cost_ratio else None
+    reply_ms = {m: statistics.fmean(_ms(r["total_ns"]) for r in rs) if rs else None for m, rs in by_mode.items()}
+    ttft = {m: _percentiles([_ms(r["ttft_ns"]) for r in rs]) for m, rs in by_mode.items()}
+    windows = {m: [(r["start_ns"], r["end_ns"]) for r in rs] for m, rs in by_mode.items()}
+    energy, mean_power = _energy(sensors, windows, tokens, unavailable)
+    done = next((e for e in events if e.get("type") == "done"), {})
+    peak_rss = done.get("peak_rss_kb")
+    if peak_rss is None:
+        unavailable["peak_memory_mb"] = "the runner could not read its peak RSS (run incomplete or no resource module)"
+    peak_temp = sensors.peak_temp_c() if sensors else None
+    if peak_temp is None:
+        unavailable["peak_temp_c"] = "no readable thermal zone"
+    # lossless: the same prompt gives the same tokens plainly and speculatively
+    pairs: dict[tuple[int, int], dict[str, list[int]]] = {}
+    for r in replies:
+        pairs.setdefault((r["prompt"], r["repeat"]), {})[r["mode"]] = r["output_ids"]
+    compared = [(key, v) for key, v in pairs.items() if len(v) == 2]
+    mismatches = [{"prompt": k[0], "repeat": k[1]} for k, v in compared if v["plain"] != v["speculative"]]
+    lossless = {"checked": greedy_equivalent and bool(compared), "pairs": len(compared),
+                "equal": greedy_equivalent and bool(compared) and not mismatches, "mismatches": mismatches,
+                "note": None if greedy_equivalent else "rrs sampling differs draw by draw by design; its losslessness "
+                "is distributional (tested statistically), so outputs are not compared"}
+    speedup = rate["speculative"] / rate["plain"] if rate["plain"] and rate["speculative"] else None
+    gain = reply_ms["plain"] - reply_ms["speculative"] if reply_ms["plain"] and reply_ms["speculative"] else None
+    figures: dict[str, float | None] = {
+        "speedup": speedup,
+        "tokens_per_s": rate["speculative"],
+        "plain_tokens_per_s": rate["plain"],
+        "latency_gain_ms": gain,
+        "reply_ms": reply_ms["speculative"],
+        "mean_accepted_len": statistics.fmean(accepted) if accepted else None,
+        "acceptance_rate": alpha,
+        "predicted_speedup": predicted,
+        "cost_ratio_r": cost_ratio,
+        "fixed_call_ms": fixed,
+        "per_node_ms": per_node,
+        "mean_tree_depth": gamma if spec_rounds else None,
+        "mean_tree_size": statistics.fmean(r["tree_size"] for r in spec_rounds) if spec_rounds else None,
+        "ttft_ms": ttft["speculative"].get("mean"),
+        "verify_p50_ms": stage_ms[VERIFY].get("p50"),
+        "peak_memory_mb": peak_rss / 1024 if peak_rss else None,
+        "energy_per_token_mj": energy.get("speculative"),
+        "plain_energy_per_token_mj": energy.get("plain"),
+        "mean_power_mw": mean_power,
+        "peak_temp_c": peak_temp,
+    }
+    details = {
+        "tokens": tokens, "decode_seconds": seconds, "reply_ms": reply_ms, "ttft_ms": ttft,
+        "stage_latency_ms": stage_ms, "plain_step_ms": plain_step_ms,
+        "accepted_len_histogram": dict(sorted(Counter(accepted).items())),
+        "rounds": {"speculative": len(spec_rounds), "plain": len(plain_rounds),
+                   "fallback": sum(1 for r in rounds if r["mode"] == "speculative" and r["kind"] == "plain")},
+        "energy_per_token_mj": energy,
+    }
+    return Analysis(figures=figures, details=details, lossless=lossless, unavailable=unavailable)

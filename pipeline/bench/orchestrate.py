@@ -1,0 +1,166 @@
+"""Drive one bench run on a device: push, cool down, sample sensors, run, poll, pull, clean up.
+
+Events are fetched while the runner works, so a device lost mid-run still leaves every round
+finished before the loss; the result then says it is partial and why.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import posixpath
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specdec.pipeline.bench.controls import SensorArgs
+from specdec.pipeline.bench.payload import RUN_SPEC, RUNTIME_ZIP
+from specdec.pipeline.devices.base import Device, DeviceInfo
+from specdec.pipeline.devices.sensor_log import SensorLog
+from specdec.pipeline.devices.sensors import (
+    CooldownResult,
+    SensorSampler,
+    ThermalSnapshot,
+    start_sampling,
+    thermal_snapshot,
+    wait_for_cooldown,
+)
+from specdec.pipeline.devices.session import device_session
+from specdec.pipeline.errors import DeviceError, DeviceLostError
+from specdec.pipeline.profiles import DeviceProfile
+from specdec.pipeline.runtime.device_main import EVENTS
+
+log = logging.getLogger(__name__)
+
+ProgressSink = Callable[[dict[str, Any]], None]
+_POLL_S = 0.5
+
+
+@dataclass
+class DeviceRun:
+    info: DeviceInfo
+    events: list[dict[str, Any]] = field(default_factory=list)
+    sensors: SensorLog | None = None
+    thermal_before: ThermalSnapshot | None = None
+    thermal_after: ThermalSnapshot | None = None
+    cooldown: CooldownResult | None = None
+    partial: bool = False
+    partial_reason: str | None = None
+    returncode: int | None = None
+    log_tail: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+
+def check_device(device: Device, profile: DeviceProfile, python: str) -> DeviceInfo:
+    info = device.info(python)
+    if info.python is None or not info.python.usable:
+        missing = ", ".join(info.python.missing) if info.python else f"python ({python})"
+        raise DeviceError(
+            f"{device.serial}: the device cannot run the bench runner: missing {missing}",
+            "install Python with numpy and onnxruntime on the device (e.g. Termux: pkg install python "
+            "python-numpy; pip install onnxruntime) and set runtime.python in the profile",
+        )
+    return info
+
+
+def runner_command(workdir: str, python: str, cpu_mask: str | None, sensors: SensorArgs | None = None) -> str:
+    prefix = f"taskset {shlex.quote(cpu_mask)} " if cpu_mask else ""
+    zip_path = posixpath.join(workdir, RUNTIME_ZIP)
+    spec = posixpath.join(workdir, RUN_SPEC)
+    args = []
+    for path in sensors.thermal_paths if sensors else []:
+        args.append(f"--thermal-zone {shlex.quote(path)}")
+    if sensors and sensors.battery:
+        args.append(f"--battery {shlex.quote(sensors.battery[0])} {shlex.quote(sensors.battery[1])}")
+    return (f"PYTHONPATH={shlex.quote(zip_path)} {prefix}{shlex.quote(python)} -m "
+            f"specdec.pipeline.runtime.device_main {shlex.quote(spec)} {' '.join(args)}").rstrip()
+
+
+class _EventTail:
+    """Reads the runner's event file incrementally (`tail -c +N`), keeping whole lines only."""
+
+    def __init__(self, device: Device, path: str) -> None:
+        self.device = device
+        self.path = path
+        self.offset = 0
+        self.buffer = ""
+
+    def fetch(self) -> list[dict[str, Any]]:
+        result = self.device.run(f"tail -c +{self.offset + 1} {shlex.quote(self.path)} 2>/dev/null",
+                                 timeout_s=60)
+        if result.returncode != 0:
+            return []
+        self.offset += len(result.stdout.encode())
+        self.buffer += result.stdout
+        *complete, self.buffer = self.buffer.split("\n")
+        return [json.loads(line) for line in complete if line.strip()]
+
+
+def run_on_device(device: Device, profile: DeviceProfile, payload: Path, run_id: str, *, python: str,
+                  cooldown: bool = True, on_event: ProgressSink | None = None,
+                  sensors: SensorArgs | None = None) -> DeviceRun:
+    info = check_device(device, profile, python)
+    run = DeviceRun(info=info)
+    if info.charging:
+        run.warnings.append(f"{device.serial} is charging ({info.charging_source or 'source unknown'}): "
+                            "USB charging masks the battery's discharge current, power figures are unreliable")
+    timeout = profile.runtime.run_timeout_s
+    with device_session(device, run_id) as workdir:
+        device.push(payload, workdir)
+        run.thermal_before = thermal_snapshot(device)
+        if cooldown:
+            run.cooldown = wait_for_cooldown(device, profile.sensors, profile.thermal)
+        sampler: SensorSampler | None = start_sampling(device, profile.sensors, workdir, max_duration_s=timeout + 60)
+        job = device.start_background(runner_command(workdir, python, profile.runtime.cpu_mask, sensors), cwd=workdir,
+                                      name="runner", timeout_s=timeout)
+        tail = _EventTail(device, posixpath.join(workdir, EVENTS))
+        try:
+            while True:
+                running = device.job_running(job)
+                for event in tail.fetch():
+                    run.events.append(event)
+                    if on_event:
+                        on_event(event)
+                if not running:
+                    break
+                time.sleep(_POLL_S)
+            run.returncode = device.job_returncode(job)
+            run.log_tail = _log_tail(device, job.log_file)
+            if sampler is not None:
+                run.sensors = sampler.stop()
+                sampler = None
+            run.thermal_after = thermal_snapshot(device)
+        except DeviceLostError as exc:
+            run.partial, run.partial_reason = True, f"device lost mid-run: {exc.problem}"
+            log.warning("%s: %s; keeping the %d events received", device.serial, exc.problem, len(run.events))
+            sampler = None
+        finally:
+            if sampler is not None:
+                _quietly(sampler.stop)
+            if not run.partial:
+                _quietly(lambda: device.stop_job(job))
+    if not run.partial and run.returncode != 0:
+        if run.returncode == 124:
+            run.partial, run.partial_reason = True, f"the runner exceeded the profile's {timeout:.0f} s timeout"
+        else:
+            raise DeviceError(f"{device.serial}: the bench runner failed (exit {run.returncode}): "
+                              f"{run.log_tail.strip().splitlines()[-1] if run.log_tail.strip() else 'no output'}",
+                              "run with SPECDEC_DEBUG=1 and SPECDEC_KEEP_REMOTE=1 to inspect the device work dir")
+    if not any(e.get("type") == "done" for e in run.events) and not run.partial:
+        run.partial, run.partial_reason = True, "the runner stopped before finishing"
+    return run
+
+
+def _log_tail(device: Device, path: str) -> str:
+    result = device.run(f"tail -n 20 {shlex.quote(path)} 2>/dev/null", timeout_s=30)
+    return result.stdout if result.returncode == 0 else ""
+
+
+def _quietly(action: Callable[[], object]) -> None:
+    try:
+        action()
+    except Exception as exc:  # cleanup after a failure must not hide the failure
+        log.debug("cleanup step failed: %s", exc)

@@ -1,0 +1,80 @@
+"""PNG plots of a bench run: stage latency breakdown, accepted lengths, power and temperature."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specdec.pipeline.devices.sensor_log import SensorLog
+from specdec.pipeline.runtime.stats import STAGES
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def latency_breakdown(details: dict[str, Any], path: Path) -> Path:
+    plt = _pyplot()
+    stages = details["stage_latency_ms"]
+    figure, axis = plt.subplots(figsize=(7, 3.6))
+    means = [stages[s].get("mean", 0.0) for s in STAGES]
+    p90 = [stages[s].get("p90", 0.0) for s in STAGES]
+    axis.barh(STAGES, means, color="#4c72b0", label="mean")
+    axis.scatter(p90, STAGES, color="#dd8452", zorder=3, label="p90")
+    plain = details["plain_step_ms"].get("mean")
+    if plain:
+        axis.axvline(plain, color="#55a868", linestyle="--", label=f"plain step {plain:.2f} ms")
+    axis.set_xlabel("ms per speculative round")
+    axis.set_title("Latency per stage")
+    axis.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def accepted_histogram(details: dict[str, Any], path: Path) -> Path:
+    plt = _pyplot()
+    histogram = details["accepted_len_histogram"]
+    figure, axis = plt.subplots(figsize=(6, 3.4))
+    axis.bar([int(k) for k in histogram], list(histogram.values()), color="#4c72b0")
+    axis.set_xlabel("tokens emitted per round (accepted drafts + 1)")
+    axis.set_ylabel("rounds")
+    axis.set_title("Accepted length")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def power_and_temperature(sensors: SensorLog, path: Path) -> Path | None:
+    times = [s.t_s for s in sensors.samples]
+    power = [s.power_mw if s.power_mw is not None else s.rapl_power_mw for s in sensors.samples]
+    zones = sorted({zone for s in sensors.samples for zone in s.temps_c})
+    if not times or (all(p is None for p in power) and not zones):
+        return None
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 3.6))
+    if any(p is not None for p in power):
+        axis.plot([t for t, p in zip(times, power, strict=True) if p is not None], [p for p in power if p is not None],
+                  color="#c44e52", label="power (mW)")
+        axis.set_ylabel("mW")
+    else:
+        axis.text(0.5, 0.5, "power unavailable", transform=axis.transAxes, ha="center")
+    axis.set_xlabel("seconds")
+    if zones:
+        twin = axis.twinx()
+        for zone in zones[:6]:
+            twin.plot(times, [s.temps_c.get(zone) for s in sensors.samples], linewidth=1, label=zone)
+        twin.set_ylabel("°C")
+        twin.legend(loc="upper right", fontsize=7)
+    axis.set_title("Power and temperature")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,131 @@
+"""The quality report: what quantization cost, measured on the same data before and after.
+
+Per graph: bytes on disk and perplexity on the held-out slice (or `--eval`). For the pair: the
+draft's teacher-forced top-1 agreement with the target on those windows (a greedy acceptance
+proxy) and the engine's mean accepted length on greedy prompts from the held-out slice, for the
+float pair and for the quantized pair. The quantized bundle is also checked to decode
+losslessly: greedy speculative output must equal its own plain greedy output on every prompt.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specdec.pipeline.bundle import GraphSpec
+from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.progress import Progress
+from specdec.pipeline.quantize.calibration import CalibrationData, graph_info, prefill
+from specdec.pipeline.runtime.graph import Graph
+
+log = logging.getLogger(__name__)
+
+
+def graph_bytes(root: Path, spec: GraphSpec) -> int:
+    """The graph file plus its external-data side file, if any."""
+    return sum(path.stat().st_size for path in (root / spec.file, root / f"{spec.file}.data") if path.is_file())
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    wide = logits.astype(np.float64)
+    top = wide.max(axis=-1, keepdims=True)
+    result: np.ndarray = wide - top - np.log(np.exp(wide - top).sum(axis=-1, keepdims=True))
+    return result
+
+
+def _score(graph: Graph, windows: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
+    """Perplexity over the windows (next-token NLL) and each position's argmax."""
+    nll, count, argmax = 0.0, 0, []
+    for window in windows:
+        logits, _ = prefill(graph, window)
+        assert logits is not None
+        argmax.append(np.argmax(logits, axis=-1))
+        if window.size > 1:
+            logprobs = _log_softmax(logits[:-1])
+            nll -= float(logprobs[np.arange(window.size - 1), window[1:]].sum())
+            count += window.size - 1
+    return (math.exp(nll / count) if count else float("nan")), argmax
+
+
+def _engine_figures(bundle_dir: Path, prompts: list[list[int]], new_tokens: int,
+                    check_lossless: bool) -> dict[str, Any]:
+    from specdec.pipeline.runtime.config import DecodeConfig
+    from specdec.pipeline.runtime.engine import Engine
+
+    engine = Engine(bundle_dir)
+    accepted, rounds, lossless = 0, 0, 0
+    for prompt in prompts:
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens))
+        accepted += sum(r.accepted_len for r in spec.speculative_rounds)
+        rounds += len(spec.speculative_rounds)
+        if check_lossless:
+            plain = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens, speculative=False))
+            lossless += plain.output_ids == spec.output_ids
+    figures: dict[str, Any] = {"mean_accepted_len": accepted / rounds if rounds else 0.0, "rounds": rounds}
+    if check_lossless:
+        figures["lossless_prompts"] = lossless
+    return figures
+
+
+def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], data: CalibrationData,
+             *, new_tokens: int, progress: Progress) -> dict[str, Any]:
+    """Measure both bundles; `output_dir` must already hold a (provisional) manifest."""
+    graphs: dict[str, Any] = {}
+    argmax: dict[tuple[str, str], list[np.ndarray]] = {}
+    with progress.task("measuring quality before and after", total=2 * len(specs) + 2) as task:
+        for role, spec in specs.items():
+            record: dict[str, Any] = {"bytes_before": graph_bytes(source_dir, spec),
+                                      "bytes_after": graph_bytes(output_dir, spec)}
+            record["size_ratio"] = record["bytes_after"] / record["bytes_before"]
+            for when, root in (("before", source_dir), ("after", output_dir)):
+                graph = Graph(graph_info(role, spec, root / spec.file))
+                record[f"perplexity_{when}"], argmax[(role, when)] = _score(graph, data.eval_windows)
+                task.advance()
+            record["perplexity_increase_pct"] = 100.0 * (record["perplexity_after"] / record["perplexity_before"] - 1)
+            graphs[role] = record
+        total_before = sum(g["bytes_before"] for g in graphs.values())
+        total_after = sum(g["bytes_after"] for g in graphs.values())
+        report: dict[str, Any] = {
+            "calibration": {"source": data.source, "samples": int(data.windows.shape[0]),
+                            "seq_len": int(data.windows.shape[1]), "tokens": data.tokens_used},
+            "eval": {"source": data.eval_source, "windows": len(data.eval_windows),
+                     "tokens": int(sum(w.size for w in data.eval_windows))},
+            "graphs": graphs,
+            "total": {"bytes_before": total_before, "bytes_after": total_after,
+                      "size_ratio": total_after / total_before},
+            "warnings": list(data.warnings),
+        }
+        if "draft" in specs and "target" in specs:
+            speculative: dict[str, Any] = {"prompts": len(data.prompts), "new_tokens": new_tokens}
+            for when, root in (("before", source_dir), ("after", output_dir)):
+                target, draft = argmax[("target", when)], argmax[("draft", when)]
+                agree = sum(int(np.sum(t == d)) for t, d in zip(target, draft, strict=True))
+                speculative[f"top1_agreement_{when}"] = agree / sum(t.size for t in target)
+                figures = _engine_figures(root, data.prompts, new_tokens, check_lossless=when == "after")
+                speculative[f"mean_accepted_len_{when}"] = figures["mean_accepted_len"]
+                if "lossless_prompts" in figures:
+                    speculative["lossless_prompts"] = figures["lossless_prompts"]
+                task.advance()
+            if speculative.get("lossless_prompts") != len(data.prompts):
+                message = (f"greedy speculative output of the quantized bundle differed from its plain greedy output "
+                           f"on {len(data.prompts) - speculative['lossless_prompts']} of {len(data.prompts)} prompts")
+                log.warning(message)
+                report["warnings"].append(message)
+            report["speculative"] = speculative
+    return report
+
+
+def enforce(report: dict[str, Any], max_increase_pct: float | None) -> None:
+    """`--max-ppl-increase`: fail when any graph's perplexity rose by more than the limit."""
+    if max_increase_pct is None:
+        return
+    for role, record in report["graphs"].items():
+        if record["perplexity_increase_pct"] > max_increase_pct:
+            raise ValidationError(
+                f"{role} perplexity rose from {record['perplexity_before']:.4g} to {record['perplexity_after']:.4g} "
+                f"(+{record['perplexity_increase_pct']:.2f}%), above --max-ppl-increase {max_increase_pct:g}%",
+                "try --method gptq or awq, more --calib text, --keep-float for sensitive layers, or raise the limit")

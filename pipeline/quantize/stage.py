@@ -1,0 +1,213 @@
+"""`specdec quantize`: INT4/INT8 weight-only quantization of target and draft into MatMulNBits.
+
+Per graph: find the linear layers, decide each one's bits (mixed-precision defaults and
+`--keep-float`) and block size, collect calibration statistics from the float graph when the
+method needs them, quantize, pack and rewrite. The results must pass `onnx.checker` (full) and
+are measured against the float bundle (quality.py). Everything else in the bundle (tokenizer,
+custom-op functions) is copied unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, input_digests
+from specdec.pipeline.errors import BundleError, InputError
+from specdec.pipeline.export.torch_graph import describe_io
+from specdec.pipeline.progress import Progress, SilentProgress
+from specdec.pipeline.quantize import calibration, quality
+from specdec.pipeline.quantize.algorithms import ALGORITHMS, LayerStats, QuantResult, QuantSpec, rtn
+from specdec.pipeline.quantize.config import AUTO_GROUP_SIZES, QuantizeConfig
+from specdec.pipeline.quantize.embeddings import apply_embeddings, find_embeddings, load_table
+from specdec.pipeline.quantize.layers import Layer, Rewrite, apply_rewrites, find_layers, load_weight
+from specdec.pipeline.quantize.packing import pack
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    layer: Layer
+    bits: int | None  # None: stays float
+    block_size: int | None
+    reason: str = ""
+
+
+def _check_bundle(bundle: Bundle) -> None:
+    if bundle.manifest.quantization:
+        raise BundleError(f"bundle '{bundle.path}' is already quantized",
+                          "quantize the float bundle it came from (quantizing twice compounds the rounding error)")
+    if bundle.manifest.buckets:
+        raise BundleError(f"bundle '{bundle.path}' is compiled", "quantize before compile: run `specdec quantize` "
+                          "on the bundle you passed to `specdec compile`")
+
+
+def _block_size(width: int, group_size: int | None) -> int | None:
+    if group_size is not None:
+        return group_size if width % group_size == 0 else None
+    return next((size for size in AUTO_GROUP_SIZES if width % size == 0), None)
+
+
+def plan_graph(layers: list[Layer], role: str, config: QuantizeConfig) -> list[LayerPlan]:
+    plans: list[LayerPlan] = []
+    for layer in layers:
+        bits = config.bits_for(role, layer.name)
+        if bits is None:
+            plans.append(LayerPlan(layer, None, None, "--keep-float"))
+            continue
+        block = _block_size(layer.K, config.group_size)
+        if block is None:
+            wanted = config.group_size or "/".join(map(str, AUTO_GROUP_SIZES))
+            plans.append(LayerPlan(layer, None, None, f"group size {wanted} does not divide its width {layer.K}"))
+            log.warning("%s: %s layer %s stays float (group size %s does not divide K = %d)", role, layer.op,
+                        layer.name, wanted, layer.K)
+            continue
+        plans.append(LayerPlan(layer, bits, block))
+    return plans
+
+
+def _check_group_size(plans: dict[str, list[LayerPlan]], config: QuantizeConfig) -> None:
+    candidates = [p for graph in plans.values() for p in graph if p.reason != "--keep-float"]
+    if candidates and not any(p.bits is not None for p in candidates):
+        widths = ", ".join(str(w) for w in sorted({p.layer.K for p in candidates}))
+        group = config.group_size or "/".join(map(str, AUTO_GROUP_SIZES))
+        raise InputError(f"group size {group} divides no layer (widths: {widths})",
+                         "pass a --group-size that divides the layer widths, or leave it out for auto")
+
+
+def _quantize_graph(model: onnx.ModelProto, role: str, spec: GraphSpec, plans: list[LayerPlan],
+                    config: QuantizeConfig, data: calibration.CalibrationData, workdir: Path,
+                    progress: Progress) -> dict[str, Any]:
+    method = config.method_for(role)
+    algorithm = ALGORITHMS[method]
+    todo = [p for p in plans if p.bits is not None]
+    wanted: dict[str, frozenset[str]] = {}
+    widths: dict[str, int] = {}
+    for plan in todo:
+        if algorithm.needs:
+            wanted[plan.layer.input] = wanted.get(plan.layer.input, frozenset()) | algorithm.needs
+            widths[plan.layer.input] = plan.layer.K
+    passes = calibration.plan_passes(wanted, widths) if wanted else []
+    rewrites: list[Rewrite] = []
+    layer_records: dict[str, Any] = {p.layer.name: {"bits": "float", "reason": p.reason} for p in plans
+                                     if p.bits is None}
+    with progress.task(f"{role}: {method.value} on {len(todo)} layers", total=len(todo)) as task:
+        batches = [(wanted_now, [p for p in todo if p.layer.input in wanted_now]) for wanted_now in passes]
+        batches.append(({}, [p for p in todo if p.layer.input not in wanted]))
+        for wanted_now, members in batches:
+            stats: dict[str, LayerStats] = {}
+            if wanted_now:
+                task.describe(f"{role}: calibrating on {data.windows.shape[0]} samples")
+                with calibration.probe_graph(model, role, spec, list(wanted_now), workdir) as graph:
+                    stats = calibration.collect(graph, wanted_now, data.windows, config.seed)
+                task.describe(f"{role}: {method.value} on {len(todo)} layers")
+            for plan in members:
+                rewrite, record = _quantize_layer(model, plan, stats.get(plan.layer.input), config, method.value,
+                                                  algorithm.run)
+                rewrites.append(rewrite)
+                layer_records[plan.layer.name] = record
+                task.advance()
+    apply_rewrites(model, rewrites)
+    return {
+        "method": method.value,
+        "group_size": config.group_size or "auto",
+        "symmetric": config.symmetric,
+        "accuracy_level": config.accuracy_level,
+        "embeddings": _quantize_embeddings(model, role, config),
+        "summary": {label: sum(1 for r in layer_records.values() if r["bits"] == value)
+                    for label, value in (("int4", 4), ("int8", 8), ("float", "float"))},
+        "layers": {p.layer.name: layer_records[p.layer.name] for p in plans},
+    }
+
+
+def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats | None, config: QuantizeConfig,
+                    method: str, run: Callable[[np.ndarray, QuantSpec, LayerStats | None], QuantResult],
+                    ) -> tuple[Rewrite, dict[str, Any]]:
+    assert plan.bits is not None and plan.block_size is not None
+    layer = plan.layer
+    weight = load_weight(model, layer)
+    spec = QuantSpec(plan.bits, plan.block_size, config.symmetric, layer.dtype)
+    result = run(weight, spec, stats)
+    packed = pack(result.codes, result.scales, None if config.symmetric else result.zero_points, bits=plan.bits,
+                  block_size=plan.block_size)
+    approx = result.effective_weight(plan.block_size)
+    norm = float(np.linalg.norm(weight.astype(np.float64)))
+    record: dict[str, Any] = {"bits": plan.bits, "method": method, "block_size": plan.block_size,
+                              "weight_rel_error": float(np.linalg.norm(approx - weight)) / norm if norm else 0.0}
+    record.update({key: float(value) for key, value in result.info.items()})
+    return Rewrite(layer, packed, result.input_scale, config.accuracy_level), record
+
+
+def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConfig) -> dict[str, Any]:
+    """Gather tables: float unless --quantize-embeddings (then RTN into GatherBlockQuantized)."""
+    records: dict[str, Any] = {}
+    replacements = []
+    for table in find_embeddings(model):
+        bits = config.embedding_bits_for(role, table.name) if config.quantize_embeddings else None
+        block = _block_size(table.K, config.group_size)
+        if bits is None or block is None:
+            reason = ("--keep-float" if config.quantize_embeddings and bits is None else
+                      f"group size does not divide its width {table.K}" if bits is not None else
+                      "embeddings stay float without --quantize-embeddings")
+            records[table.name] = {"bits": "float", "reason": reason}
+            continue
+        weight = load_table(model, table)
+        result = rtn.quantize(weight, QuantSpec(bits, block, config.symmetric, table.dtype))
+        packed = pack(result.codes, result.scales, None if config.symmetric else result.zero_points, bits=bits,
+                      block_size=block)
+        replacements.append((table, packed))
+        error = np.linalg.norm(result.effective_weight(block) - weight) / (np.linalg.norm(weight) or 1.0)
+        records[table.name] = {"bits": bits, "method": "rtn", "block_size": block, "weight_rel_error": float(error)}
+    apply_embeddings(model, replacements)
+    return records
+
+
+def _graph_files(bundle: Bundle) -> set[str]:
+    names = {spec.file for spec in bundle.manifest.graphs.values()}
+    return {rel for rel in bundle.manifest.files if rel.split(".onnx")[0] + ".onnx" in names}
+
+
+def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
+    from specdec.pipeline.text import TextCodec
+
+    progress = progress or SilentProgress()
+    _check_bundle(source)
+    manifest = source.manifest.model_copy(deep=True)
+    context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
+    if config.calib_seq_len > context:
+        raise InputError(f"--calib-seq-len {config.calib_seq_len} exceeds the bundle's context of {context} tokens",
+                         f"pass --calib-seq-len {min(128, context)} or less")
+    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+        models = {role: onnx.load(str(source.graph_path(role)), load_external_data=True)
+                  for role in manifest.graphs}
+        plans = {role: plan_graph(find_layers(model), role, config) for role, model in models.items()}
+        _check_group_size(plans, config)
+        codec = TextCodec(source.tokenizer_dir)
+        data = calibration.prepare(calib=config.calib, eval_file=config.eval_file, samples=config.calib_samples,
+                                   seq_len=config.calib_seq_len, prompts=config.eval_prompts, seed=config.seed,
+                                   encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()))
+        writer.copy_from(source, exclude=_graph_files(source))
+        records: dict[str, Any] = {}
+        for role, spec in manifest.graphs.items():
+            model = models.pop(role)
+            records[role] = _quantize_graph(model, role, spec, plans[role], config, data, writer.dir, progress)
+            out = writer.dir / spec.file
+            calibration.save_graph(model, out)
+            del model
+            onnx.checker.check_model(str(out), full_check=True)
+            spec.inputs, spec.outputs = describe_io(out)
+        manifest.quantization = {"format": "MatMulNBits", "domain": "com.microsoft", "graphs": records}
+        # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
+        (writer.dir / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
+        report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=config.eval_new_tokens,
+                                  progress=progress)
+        manifest.reports["quantize"] = report
+        quality.enforce(report, config.max_ppl_increase)
+        return writer.finish(manifest, stage="quantize", config=config.record(), inputs=input_digests(source))

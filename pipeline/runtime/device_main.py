@@ -1,0 +1,138 @@
+"""The bench runner that executes on the device: `python -m specdec.pipeline.runtime.device_main RUN.json`.
+
+Torch-free like the rest of the runtime. It decodes the same prompts plainly and speculatively
+in one process (warm-up first, then alternating which mode goes first per prompt) and appends
+one JSON event per line to `events.jsonl` as it goes, so a host that loses the device still
+has every round up to that moment. Timestamps are the device's epoch nanoseconds, the clock
+the sensor sampler uses too.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
+from specdec.pipeline.runtime.controllers import build_chain
+from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.stats import Reply
+
+EVENTS = "events.jsonl"
+MODES = ("plain", "speculative")
+
+
+class Clock:
+    """perf_counter_ns (monotonic, precise) mapped onto the epoch (comparable with the sensors)."""
+
+    def __init__(self) -> None:
+        self.epoch0 = time.time_ns()
+        self.perf0 = time.perf_counter_ns()
+
+    def epoch(self, perf_ns: int) -> int:
+        return self.epoch0 + (perf_ns - self.perf0)
+
+    def now(self) -> int:
+        return self.epoch(time.perf_counter_ns())
+
+
+def _peak_rss_kb() -> int | None:
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    except (ImportError, OSError):  # resource is POSIX-only
+        return None
+
+
+def decode_config(spec: dict[str, Any], speculative: bool) -> DecodeConfig:
+    prune = PruneParams(**spec.get("prune", {}))
+    fields = {k: v for k, v in spec.items() if k != "prune"}
+    return DecodeConfig(**fields, prune=prune, speculative=speculative)
+
+
+class EventLog:
+    def __init__(self, handle: TextIO, clock: Clock) -> None:
+        self.handle = handle
+        self.clock = clock
+
+    def write(self, event: dict[str, Any]) -> None:
+        self.handle.write(json.dumps(event, separators=(",", ":")) + "\n")
+        self.handle.flush()
+
+    def reply(self, mode: str, prompt: int, repeat: int, start_ns: int, reply: Reply) -> None:
+        for stats in reply.rounds:
+            self.write({
+                "type": "round", "mode": mode, "prompt": prompt, "repeat": repeat, "round": stats.index,
+                "kind": stats.kind, "tree_size": stats.tree_size, "tree_depth": stats.tree_depth,
+                "accepted_len": stats.accepted_len, "draft_calls": stats.draft_calls, "bytes_out": stats.bytes_out,
+                "slices": [[s.stage, self.clock.epoch(s.start_ns), s.duration_ns] for s in stats.slices],
+                "events": stats.events,
+            })
+        self.write({
+            "type": "reply", "mode": mode, "prompt": prompt, "repeat": repeat, "start_ns": start_ns,
+            "end_ns": self.clock.now(), "ttft_ns": reply.ttft_ns, "total_ns": reply.total_ns,
+            "prefill_ns": reply.prefill_ns, "new_tokens": len(reply.output_ids), "output_ids": reply.output_ids,
+            "stop_reason": reply.stop_reason, "mean_accepted_len": reply.mean_accepted_len,
+            "acceptance_rate": reply.acceptance_rate,
+        })
+
+
+def run(spec: dict[str, Any], workdir: Path, thermal_paths: list[str] | None = None,
+        battery: tuple[str, str] | None = None) -> int:
+    clock = Clock()
+    # one chain for the whole run: heat and the learned beta carry over from reply to reply
+    controller = build_chain(spec.get("controllers", {}), thermal_paths or [], battery)
+    engine = Engine(workdir / spec["bundle"], SessionOptions(threads=int(spec.get("threads", 0))))
+    configs = {mode: decode_config(spec["decode"], mode == "speculative") for mode in MODES}
+    prompts: list[list[int]] = spec["prompts"]
+    repeats = int(spec.get("repeats", 1))
+    with (workdir / EVENTS).open("w") as handle:
+        log = EventLog(handle, clock)
+        log.write({"type": "start", "epoch_ns": clock.epoch0, "prompts": len(prompts), "repeats": repeats,
+                   "max_context": engine.max_context, "python": sys.version.split()[0]})
+
+        def decode(mode: str, index: int, repeat: int, measured: bool) -> None:
+            start = clock.now()
+            reply = engine.generate(prompts[index], configs[mode],
+                                    controller=controller if mode == "speculative" and measured else None)
+            if measured:
+                log.reply(mode, index, repeat, start, reply)
+            print(f"progress {mode} prompt={index} repeat={repeat} tokens={len(reply.output_ids)}", flush=True)
+
+        warm_start = clock.now()
+        for mode in MODES:  # warm-up: first-call allocation and graph loading stay out of the numbers
+            decode(mode, 0, -1, measured=False)
+        log.write({"type": "phase", "name": "warmup", "start_ns": warm_start, "end_ns": clock.now()})
+        measure_start = clock.now()
+        for repeat in range(repeats):
+            for index in range(len(prompts)):
+                order = MODES if (index + repeat) % 2 == 0 else MODES[::-1]  # alternate who goes first
+                for mode in order:
+                    decode(mode, index, repeat, measured=True)
+        log.write({"type": "phase", "name": "measure", "start_ns": measure_start, "end_ns": clock.now()})
+        log.write({"type": "done", "peak_rss_kb": _peak_rss_kb(), "end_ns": clock.now()})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="device_main", description="specdec bench runner (on the device)")
+    parser.add_argument("spec", type=Path, help="run.json written by the host")
+    parser.add_argument("--thermal-zone", action="append", default=[], help="thermal zone temp file to watch")
+    parser.add_argument("--battery", nargs=2, metavar=("CURRENT_NOW", "VOLTAGE_NOW"), help="battery sysfs files")
+    args = parser.parse_args(argv)
+    spec = json.loads(args.spec.read_text())
+    try:
+        return run(spec, args.spec.parent, args.thermal_zone, tuple(args.battery) if args.battery else None)
+    except Exception as exc:  # reported to the host through stderr and the exit code
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""`specdec bench --device adb` against the stand-in Android device, through the real adb binary."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specdec.cli.app import app
+from specdec.pipeline.bench.stage import BenchConfig, run_bench
+from specdec.pipeline.errors import DeviceError
+from specdec.pipeline.profiles import Transport
+
+pytestmark = pytest.mark.adb
+runner = CliRunner()
+
+
+def _config(out: Path, serial: str | None, prompts: Path, **overrides: object) -> BenchConfig:
+    base: dict[str, object] = {"output": out, "device": Transport.adb, "serial": serial, "prompts": prompts,
+                               "max_new_tokens": 12, "limit": 2, "python": "python3", "cooldown": False}
+    return BenchConfig(**{**base, **overrides})  # type: ignore[arg-type]
+
+
+def _reap(root: Path) -> None:
+    """Kill runner jobs a killed stand-in leaves behind (GNU timeout leads its own process group)."""
+    for pid_file in root.glob("data/local/tmp/specdec/*/*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (int(p) for p in pid_file.read_text().split()[:2]):
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def test_full_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    cool = {"cpu0": 36000, "gpu": 34000, "battery": 30000}  # below the profile's 40 °C start temperature
+    device = make_standin(python=sys.executable, model="Pixel Standin", thermal_zones=cool)
+    outcome = run_bench(_config(tmp_path / "out", device.serial, prompts_file, cooldown=True), bench_bundle)
+    results = outcome.results
+    assert not results["partial"] and results["lossless"]["equal"]
+    assert results["device"]["model"] == "Pixel Standin" and results["device"]["transport"] == "adb"
+    f = results["figures"]
+    assert f["speedup"] and f["mean_accepted_len"] >= 1
+    # the stand-in battery: -450 mA at 3.9 V while discharging -> 1755 mW
+    assert f["mean_power_mw"] == pytest.approx(1755.0, rel=1e-6)
+    assert f["energy_per_token_mj"] is not None and f["peak_temp_c"] is not None
+    assert results["sensors"]["discharge_sign"] == "negative"
+    assert results["thermal"]["cooldown"]["status"] == "reached"
+    assert results["thermal"]["before"]["available"]  # dumpsys thermalservice was read
+    trace = json.loads((outcome.output / "trace.json").read_text())
+    assert {"Draft_Generate", "Target_Verify"} <= {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+    assert any(e["ph"] == "C" and e["name"] == "power_mw" for e in trace["traceEvents"])
+    assert not list((device.root / "data/local/tmp/specdec").glob("*")), "remote work dir left behind"
+
+
+def test_cli_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    device = make_standin(python=sys.executable)
+    result = runner.invoke(app, ["bench", str(bench_bundle.path), "--device", "adb", "--serial", device.serial,
+                                 "--prompts", str(prompts_file), "--limit", "1", "-n", "8", "--python", "python3",
+                                 "--out", str(tmp_path / "out"), "--assert", "lossless", "--no-cooldown"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out" / "summary.md").exists()
+
+
+def test_device_without_python(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    device = make_standin(python=None)
+    with pytest.raises(DeviceError, match=r"cannot run the bench runner: missing python \(python3\)"):
+        run_bench(_config(tmp_path / "out", device.serial, prompts_file), bench_bundle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_device_and_several_devices(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(DeviceError, match="no"):
+        run_bench(_config(tmp_path / "out", None, prompts_file), bench_bundle)
+    first, second = make_standin(), make_standin()
+    with pytest.raises(DeviceError) as info:
+        run_bench(_config(tmp_path / "out", None, prompts_file), bench_bundle)
+    assert first.serial in str(info.value) and second.serial in str(info.value)
+
+
+def test_device_lost_mid_run_keeps_partial_results(adb_environ, make_standin, bench_bundle, prompts_file,  # type: ignore[no-untyped-def]
+                                                   tmp_path) -> None:
+    device = make_standin(python=sys.executable)
+    replies = []
+
+    def on_event(event: dict[str, object]) -> None:
+        if event.get("type") == "reply":
+            replies.append(event)
+            if len(replies) == 1:
+                device.kill()
+
+    try:
+        outcome = run_bench(_config(tmp_path / "out", device.serial, prompts_file, max_new_tokens=24, repeats=3),
+                            bench_bundle, on_event=on_event)
+    finally:
+        _reap(device.root)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["partial"] and "device lost" in results["partial_reason"]
+    assert outcome.results["details"]["tokens"]["plain"] + outcome.results["details"]["tokens"]["speculative"] > 0
+    assert "Partial results" in (tmp_path / "out" / "summary.md").read_text()
+
+
+def test_ctrl_c_cleans_up_the_device(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    device = make_standin(python=sys.executable)
+
+    def interrupt(event: dict[str, object]) -> None:
+        if event.get("type") == "reply":
+            raise KeyboardInterrupt
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_bench(_config(tmp_path / "out", device.serial, prompts_file, max_new_tokens=24, repeats=3),
+                      bench_bundle, on_event=interrupt)
+    finally:
+        _reap(device.root)
+    assert not list((device.root / "data/local/tmp/specdec").glob("*")), "remote work dir left behind"
+    assert not (tmp_path / "out").exists()

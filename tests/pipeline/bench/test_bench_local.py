@@ -1,0 +1,98 @@
+"""`specdec bench --device local` end to end, and the CI gates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specdec.cli.app import app
+from specdec.pipeline.bench.stage import BenchConfig, run_bench
+from specdec.pipeline.errors import InputError
+
+runner = CliRunner()
+STAGE_SLICES = {"Draft_Generate", "Prune_Controller", "Target_Verify", "KV_Commit"}
+
+
+@pytest.fixture(scope="module")
+def local_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
+    prompts = tmp_path_factory.mktemp("p") / "prompts.jsonl"
+    prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n{"id": "b", "text": "the quick brown"}\n')
+    out = tmp_path_factory.mktemp("bench") / "results"
+    outcome = run_bench(BenchConfig(output=out, prompts=prompts, max_new_tokens=20, repeats=2), bench_bundle)
+    return outcome
+
+
+def test_results_json_has_every_figure(local_run) -> None:  # type: ignore[no-untyped-def]
+    results = json.loads((local_run.output / "results.json").read_text())
+    assert results["schema"] == "specdec.bench/1" and not results["partial"]
+    f = results["figures"]
+    for name in ("speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
+                 "predicted_speedup", "cost_ratio_r", "fixed_call_ms", "ttft_ms", "peak_memory_mb"):
+        assert isinstance(f[name], float), name
+    assert f["speedup"] == pytest.approx(f["tokens_per_s"] / f["plain_tokens_per_s"])
+    assert results["lossless"] == {"checked": True, "pairs": 4, "equal": True, "mismatches": [], "note": None}
+    assert sum(results["details"]["accepted_len_histogram"].values()) == results["details"]["rounds"]["speculative"]
+    assert set(results["details"]["stage_latency_ms"]) >= STAGE_SLICES
+    assert results["enable_rule"]["recommendation"] in ("on", "off")
+    # the host has no battery: power must be reported unavailable, never invented
+    if f["energy_per_token_mj"] is None:
+        assert "energy_per_token_mj" in results["unavailable"]
+
+
+def test_trace_is_chrome_trace_json_with_named_slices(local_run) -> None:  # type: ignore[no-untyped-def]
+    trace = json.loads((local_run.output / "trace.json").read_text())
+    events = trace["traceEvents"]
+    slices = {e["name"] for e in events if e["ph"] == "X"}
+    assert slices >= STAGE_SLICES
+    assert any(e["ph"] == "C" and e["name"] == "accepted_len" for e in events)
+    for event in events:
+        assert {"ph", "pid"} <= set(event)
+        if event["ph"] == "X":
+            assert event["dur"] >= 0 and isinstance(event["ts"], float)
+    thread_names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert thread_names >= STAGE_SLICES
+
+
+def test_people_outputs(local_run) -> None:  # type: ignore[no-untyped-def]
+    summary = (local_run.output / "summary.md").read_text()
+    assert "Speedup" in summary and "Lossless: ✅ identical" in summary
+    for png in ("latency_breakdown.png", "accepted_length.png"):
+        assert (local_run.output / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_gates_pass_and_fail(bench_bundle, prompts_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    base = ["bench", str(bench_bundle.path), "--prompts", str(prompts_file), "-n", "8", "--limit", "2"]
+    ok = runner.invoke(app, [*base, "--out", str(tmp_path / "ok"), "--assert", "lossless",
+                             "--assert", "mean_accepted_len>=1"])
+    assert ok.exit_code == 0, ok.output
+    failed = runner.invoke(app, [*base, "--out", str(tmp_path / "bad"), "--assert", "speedup>=1000"])
+    assert failed.exit_code == 10
+    assert "gate 'speedup>=1000' failed: speedup = " in " ".join(failed.output.split())
+    assert (tmp_path / "bad" / "results.json").exists()  # results are written even when a gate fails
+    regression = runner.invoke(app, [*base, "--out", str(tmp_path / "reg"), "--baseline",
+                                     str(_inflated_baseline(tmp_path / "ok" / "results.json", tmp_path)),
+                                     "--max-regression", "5"])
+    assert regression.exit_code == 10 and "regression:" in regression.output
+
+
+def _inflated_baseline(results: Path, tmp_path: Path) -> Path:
+    data = json.loads(results.read_text())
+    data["figures"]["tokens_per_s"] *= 10  # a baseline ten times faster: this run regressed
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"asserts": ("speed>=1",)}, "unknown figure 'speed'"),
+    ({"asserts": ("speedup is fast",)}, "is not 'FIGURE OP NUMBER'"),
+    ({"repeats": 0}, "--repeats"),
+    ({"profile": "pixel-8"}, "is for the adb transport"),
+])
+def test_bad_options_fail_before_running(bench_bundle, tmp_path: Path, kwargs, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputError, match=message):
+        run_bench(BenchConfig(output=tmp_path / "out", **kwargs), bench_bundle)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,243 @@
+"""`quantize_bundle` end to end on tiny exported bundles: valid graphs, lossless decoding, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.errors import BundleError, InputError, ValidationError
+from specdec.pipeline.quantize import QuantizeConfig, quality, quantize_bundle
+from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.engine import Engine, causal_mask
+
+SMALL: dict[str, Any] = {"calib_samples": 8, "calib_seq_len": 32, "eval_prompts": 3, "eval_new_tokens": 12}
+METHODS = ("rtn", "gptq", "awq")
+
+
+@pytest.fixture(scope="module")
+def quantized(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
+    source = bundle_factory("llama")
+    root = tmp_path_factory.mktemp("quantized")
+    return source, {m: quantize_bundle(QuantizeConfig(output=root / m, method=m, **SMALL), source) for m in METHODS}
+
+
+def _ops(path: Path) -> list[str]:
+    return [node.op_type for node in onnx.load(str(path)).graph.node]
+
+
+def _prefill_logits(path: Path, ids: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds: dict[str, np.ndarray] = {"input_ids": ids[None], "position_ids": np.arange(ids.size)[None],
+                                    "attention_mask": causal_mask(ids.size, 0, np.dtype(np.float32), -3.4e38)}
+    for value in session.get_inputs():
+        if value.name.startswith("past_key_values."):
+            feeds[value.name] = np.zeros((1, value.shape[1], 0, value.shape[3]), np.float32)
+    return np.asarray(session.run(["logits"], feeds)[0][0])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_graphs_are_valid_int4_and_close_to_float(quantized, method: str) -> None:  # type: ignore[no-untyped-def]
+    source, bundles = quantized
+    bundle = bundles[method]
+    ids = np.random.default_rng(0).integers(1, 300, size=24).astype(np.int64)
+    for role, linear_layers in (("target", 15), ("draft", 8)):
+        path = bundle.path / f"{role}.onnx"
+        onnx.checker.check_model(str(path), full_check=True)
+        ops = _ops(path)
+        assert ops.count("MatMulNBits") == linear_layers
+        assert ops.count("MatMul") == 2 * source.manifest.graphs[role].num_layers  # attention only: q k^T, p v
+        before, after = _prefill_logits(source.path / f"{role}.onnx", ids), _prefill_logits(path, ids)
+        # 4-bit weights carry ~9% relative noise each; the logits must stay well within that order.
+        assert np.linalg.norm(after - before) < 0.2 * np.linalg.norm(before), (role, method)
+    record = bundle.manifest.quantization["graphs"]
+    assert record["target"]["method"] == method and record["target"]["accuracy_level"] == 4
+    layers = record["target"]["layers"]
+    assert layers["lm_head"]["bits"] == 8 and layers["model.layers.0.mlp.down_proj"]["bits"] == 8
+    assert layers["model.layers.1.self_attn.q_proj"] == {**layers["model.layers.1.self_attn.q_proj"], "bits": 4,
+                                                         "block_size": 64, "method": method}
+    assert layers["model.layers.1.mlp.down_proj"]["block_size"] == 128
+    assert record["draft"]["summary"] == {"int4": 8, "int8": 0, "float": 0}
+    assert bundle.stages() == ["export", "quantize"]
+    Bundle.load(bundle.path)  # every file hashed
+    Bundle.load(source.path)  # the input is untouched
+    assert (bundle.path / "tokenizer" / "tokenizer.json").read_bytes() == (
+        source.path / "tokenizer" / "tokenizer.json").read_bytes()
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_quality_report_is_measured_and_stored(quantized, method: str) -> None:  # type: ignore[no-untyped-def]
+    bundle = quantized[1][method]
+    report = json.loads((bundle.path / "manifest.json").read_text())["reports"]["quantize"]
+    assert report["calibration"]["samples"] == 8 and report["calibration"]["tokens"] == 8 * 32
+    for role in ("target", "draft"):
+        graph = report["graphs"][role]
+        assert graph["bytes_after"] < graph["bytes_before"]
+        assert graph["bytes_after"] == (bundle.path / f"{role}.onnx").stat().st_size
+        assert np.isfinite(graph["perplexity_before"]) and np.isfinite(graph["perplexity_after"])
+    spec = report["speculative"]
+    assert 0 < spec["top1_agreement_after"] <= 1 and spec["mean_accepted_len_after"] > 0
+    assert spec["lossless_prompts"] == spec["prompts"] == 3
+
+
+def test_awq_scales_inputs_and_gptq_records_damping(quantized) -> None:  # type: ignore[no-untyped-def]
+    bundles = quantized[1]
+    model = onnx.load(str(bundles["awq"].path / "target.onnx"))
+    scaled = [node for node in model.graph.node if node.op_type == "Mul" and node.input[1].endswith(".awq_inv_scale")]
+    awq_layers = bundles["awq"].manifest.quantization["graphs"]["target"]["layers"]
+    assert len(scaled) == sum(1 for r in awq_layers.values() if r["alpha"] > 0) > 0
+    gptq_layers = bundles["gptq"].manifest.quantization["graphs"]["draft"]["layers"]
+    assert all(r["damp"] > 0 for r in gptq_layers.values())
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_speculative_greedy_equals_plain_greedy(quantized, method: str) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(quantized[1][method].path)
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        prompt = rng.integers(1, 300, size=int(rng.integers(2, 10))).tolist()
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=20))
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=20, speculative=False))
+        assert spec.output_ids == plain.output_ids
+
+
+def test_tied_head_and_quantized_embeddings(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Qwen2: lm_head is MatMul(x, Transpose(table)) over the embedding table."""
+    source = bundle_factory("qwen2")
+    config = QuantizeConfig(output=tmp_path / "q", method="awq", quantize_embeddings=True, **SMALL)
+    bundle = quantize_bundle(config, source)
+    for role, bits in (("target", 8), ("draft", 4)):
+        model = onnx.load(str(bundle.path / f"{role}.onnx"))
+        onnx.checker.check_model(model, full_check=True)
+        ops = [node.op_type for node in model.graph.node]
+        assert "Gather" not in ops and ops.count("GatherBlockQuantized") == 1 and "Transpose" not in ops[:3]
+        record = bundle.manifest.quantization["graphs"][role]
+        assert record["embeddings"]["model.embed_tokens"]["bits"] == bits
+        assert record["layers"]["lm_head"]["bits"] == bits
+        floats = [init for init in model.graph.initializer if init.data_type == onnx.TensorProto.FLOAT]
+        assert all(int(np.prod(init.dims)) < 320 * 64 for init in floats)  # no float table is left
+    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+
+
+def test_gemm_layers(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """GPT-2: Conv1D layers are Gemm(x, W, b): MatMulNBits then Add; tables stay float by default."""
+    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="rtn", **SMALL), bundle_factory("gpt2"))
+    model = onnx.load(str(bundle.path / "target.onnx"))
+    onnx.checker.check_model(model, full_check=True)
+    record = bundle.manifest.quantization["graphs"]["target"]
+    assert record["layers"]["transformer.h.0.attn.c_attn"]["bits"] == 8
+    assert record["layers"]["transformer.h.1.mlp.c_proj"]["bits"] == 4 and record["layers"]["lm_head"]["bits"] == 8
+    assert record["embeddings"]["transformer.wte"]["bits"] == "float"
+    ops = [node.op_type for node in model.graph.node]
+    assert "Gemm" not in ops and ops.count("MatMulNBits") == 9 and ops.count("Gather") == 2
+    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+
+
+def test_custom_ops_survive_quantization(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+    surgered = surgery_bundle(SurgeryConfig(output=tmp_path / "s"), bundle_factory("llama"))
+    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="gptq", **SMALL), surgered)
+    for role, op in (("draft", "DynamicTreePrune"), ("target", "BlockSparseVerify")):
+        before = onnx.load(str(surgered.path / f"{role}.onnx"))
+        after = onnx.load(str(bundle.path / f"{role}.onnx"))
+        onnx.checker.check_model(after, full_check=True)
+        assert [f.SerializeToString() for f in after.functions] == [f.SerializeToString() for f in before.functions]
+        assert [n.op_type for n in after.graph.node if n.domain == "com.endpoint.ai"] == [op]
+        assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
+        assert "MatMulNBits" in {n.op_type for n in after.graph.node}
+    assert bundle.manifest.custom_ops == surgered.manifest.custom_ops
+    assert bundle.stages() == ["export", "surgery", "quantize"]
+    engine = Engine(bundle.path)
+    assert engine.target.has_verify and engine.drafter is not None
+    for prompt in ([5, 6, 7], [40, 2, 99, 17]):
+        assert (engine.generate(prompt, DecodeConfig(max_new_tokens=16)).output_ids
+                == engine.generate(prompt, DecodeConfig(max_new_tokens=16, speculative=False)).output_ids)
+
+
+def test_surgery_runs_on_a_quantized_bundle(quantized, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+    bundle = surgery_bundle(SurgeryConfig(output=tmp_path / "s"), quantized[1]["awq"])
+    assert bundle.stages() == ["export", "quantize", "surgery"] and bundle.manifest.quantization is not None
+    engine = Engine(bundle.path)
+    assert (engine.generate([9, 8, 7], DecodeConfig(max_new_tokens=16)).output_ids
+            == engine.generate([9, 8, 7], DecodeConfig(max_new_tokens=16, speculative=False)).output_ids)
+
+
+def test_keep_float_and_short_calibration(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    calib = tmp_path / "short.txt"
+    calib.write_text("the quick brown fox jumps over the lazy dog. " * 6)
+    config = QuantizeConfig(output=tmp_path / "q", method="awq", keep_float=("*mlp*", "lm_head"), calib=calib,
+                            **SMALL)
+    bundle = quantize_bundle(config, bundle_factory("llama"))
+    layers = bundle.manifest.quantization["graphs"]["target"]["layers"]
+    assert layers["lm_head"] == {"bits": "float", "reason": "--keep-float"}
+    assert all(r["bits"] == "float" for name, r in layers.items() if ".mlp." in name)
+    assert layers["model.layers.1.self_attn.o_proj"]["bits"] == 4
+    warning = bundle.manifest.reports["quantize"]["warnings"][0]
+    samples = bundle.manifest.reports["quantize"]["calibration"]["samples"]
+    assert f"using {samples} sample(s)" in warning and samples < 8
+
+
+def test_explicit_group_size_leaves_layers_it_does_not_divide_float(
+        quantized, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
+    config = QuantizeConfig(output=tmp_path / "q", method="rtn", group_size=128, **SMALL)
+    with caplog.at_level("WARNING", logger="specdec"):
+        bundle = quantize_bundle(config, quantized[0])
+    layers = bundle.manifest.quantization["graphs"]["draft"]["layers"]
+    assert layers["model.layers.0.mlp.down_proj"]["block_size"] == 128  # K = 128
+    assert layers["model.layers.0.self_attn.q_proj"] == {"bits": "float",
+                                                          "reason": "group size 128 does not divide its width 64"}
+    assert "model.layers.0.self_attn.q_proj stays float (group size 128 does not divide K = 64)" in caplog.text
+
+
+def test_bad_input(quantized, bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source, bundles = quantized
+    with pytest.raises(BundleError, match="already quantized"):
+        quantize_bundle(QuantizeConfig(output=tmp_path / "again", **SMALL), bundles["rtn"])
+    compiled = Bundle(source.path, source.manifest.model_copy(update={"buckets": {"sizes": [8]}}))
+    with pytest.raises(BundleError, match="quantize before compile"):
+        quantize_bundle(QuantizeConfig(output=tmp_path / "c", **SMALL), compiled)
+    with pytest.raises(InputError, match=r"group size 256 divides no layer \(widths: 64, 128\)"):
+        quantize_bundle(QuantizeConfig(output=tmp_path / "g", group_size=256, **SMALL), source)
+    with pytest.raises(InputError, match="power of two"):
+        QuantizeConfig(output=tmp_path / "g", group_size=48)
+    with pytest.raises(InputError, match="unknown quantization method 'int3'"):
+        QuantizeConfig(output=tmp_path / "m", method="int3")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="already exists"):
+        quantize_bundle(QuantizeConfig(output=bundles["rtn"].path, **SMALL), source)
+    with pytest.raises(InputError, match="--calib file .* does not exist"):
+        QuantizeConfig(output=tmp_path / "x", calib=tmp_path / "missing.txt")
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_perplexity_gate_fails_without_writing(quantized, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    report = {"graphs": {"target": {"perplexity_before": 10.0, "perplexity_after": 10.4,
+                                    "perplexity_increase_pct": 4.0}}}
+    quality.enforce(report, 5.0)
+    with pytest.raises(ValidationError, match=r"target perplexity rose from 10 to 10\.4 \(\+4\.00%\), above "
+                                              r"--max-ppl-increase 1%"):
+        quality.enforce(report, 1.0)
+
+    measured: dict[str, Any] = {}
+    real = quality.evaluate
+
+    def evaluate(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        measured.update(real(*args, **kwargs))
+        for graph in measured["graphs"].values():  # pretend quantization hurt, whatever it measured
+            graph["perplexity_increase_pct"] = 50.0
+        return measured
+
+    monkeypatch.setattr(quality, "evaluate", evaluate)
+    out = tmp_path / "gated"
+    with pytest.raises(ValidationError, match="above --max-ppl-increase 10%"):
+        quantize_bundle(QuantizeConfig(output=out, method="rtn", max_ppl_increase=10.0, **SMALL), quantized[0])
+    assert measured and not out.exists() and not any(tmp_path.iterdir())
