@@ -43,7 +43,7 @@ def generate(
     width: int = typer.Option(4, help="Frontier nodes the draft expands per level."),
     no_speculation: bool = typer.Option(False, "--no-speculation", help="Plain decoding with the target only."),
     truncate: bool = typer.Option(False, "--truncate", help="Keep the end of prompts longer than the context."),
-    threads: int = typer.Option(0, help="onnxruntime intra-op threads (0 = all cores)."),
+    threads: int = typer.Option(0, help="onnxruntime intra-op threads (0 = auto: 1 for small graphs, else all)."),
     stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
 ) -> None:
     """Stream text with speculative decoding from any bundle."""

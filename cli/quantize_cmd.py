@@ -30,7 +30,9 @@ def report_table(report: dict[str, Any], quantization: dict[str, Any]) -> Table:
     for role, g in report["graphs"].items():
         q = quantization["graphs"][role]
         summary = q["summary"]
-        label = f"{role} ({q['method']}, {summary['int4']}×int4 {summary['int8']}×int8 {summary['float']}×float)"
+        tables = sorted({f"int{r['bits']}" if r["bits"] != "float" else "float" for r in q["embeddings"].values()})
+        label = (f"{role} ({q['method']}, {summary['int4']}×int4 {summary['int8']}×int8 {summary['float']}×float; "
+                 f"embeddings {'/'.join(tables) or 'none'})")
         ratio = f"×{g['size_ratio']:.2f}"
         table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)
         table.add_row("", "perplexity", *_delta(g["perplexity_before"], g["perplexity_after"]))
@@ -57,8 +59,10 @@ def quantize(
                                    help="Rows per scale (power of two >= 16); default 128 where the width allows, "
                                         "else 64 or 32."),
     symmetric: bool = typer.Option(False, "--symmetric/--asymmetric", help="Zero point fixed at the centre or fitted."),
-    accuracy_level: int = typer.Option(4, "--accuracy-level", help="MatMulNBits compute: 4 = int8 (fastest on CPU), "
-                                                                   "0 = the graph's float type."),
+    accuracy_level: int = typer.Option(0, "--accuracy-level",
+                                       help="MatMulNBits compute: 0 = the graph's float type (lossless speculation); "
+                                            "4 = int8 activations, faster but LOSSY: logits then depend on how many "
+                                            "tokens share a call, so speculative output can differ from plain."),
     keep_float: list[str] = typer.Option(None, "--keep-float",
                                          help="Layer name pattern (fnmatch) to keep float; repeatable."),
     calib: Path = typer.Option(None, "--calib", help="Calibration text, or JSONL with 'text' or 'input_ids' lines "

@@ -50,7 +50,7 @@ class QuantizeSection(StrictModel):
     draft_method: Method | None = Method.gptq  # the articles' pairing: AWQ target, GPTQ draft
     group_size: int | None = None
     symmetric: bool = False
-    accuracy_level: int = 4
+    accuracy_level: int = 0  # 4 is faster but lossy (see quantize --help)
     keep_float: list[str] = Field(default_factory=list)
     calib: Path | None = None
     calib_samples: int = 64

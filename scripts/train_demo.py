@@ -276,7 +276,8 @@ def write_readme(path: Path, r: dict) -> None:  # type: ignore[type-arg]
         f"Wall time {r['timing']['total_s'] / 60:.1f} min on {r['machine']} "
         f"({r['args']['threads']} threads): tokenizer {r['timing']['tokenizer_s']:.0f} s, "
         f"target {r['timing']['target_s']:.0f} s, draft {r['timing']['draft_s']:.0f} s, "
-        f"evaluation {r['timing']['eval_s']:.0f} s. Seeded and run with "
+        f"evaluation {r['timing']['eval_s']:.0f} s (wall time depends on what else shares "
+        "the CPU; `train_report.json` has elapsed time per logged step). Seeded and run with "
         "`torch.use_deterministic_algorithms(True)`; results are reproducible for the same "
         "thread count and torch build.",
         "",

@@ -42,6 +42,26 @@ def log_softmax(logits: np.ndarray, temperature: float) -> np.ndarray:
     return numerics.log_softmax(numerics.scale(logits, temperature))
 
 
+def top_indices(values: np.ndarray, width: int) -> np.ndarray:
+    """Indices of the `width` largest values per row, descending, ties by lower index (as ONNX TopK).
+
+    A partition picks the candidates in O(V) instead of sorting the whole vocabulary; only the
+    boundary value needs care so that equal values are taken lowest index first.
+    """
+    rows, vocab = values.shape
+    if width >= vocab:
+        order: np.ndarray = np.argsort(-values, axis=-1, kind="stable")
+        return order
+    kth = -np.partition(-values, width - 1, axis=-1)[:, width - 1 : width]
+    result = np.empty((rows, width), np.int64)
+    for row in range(rows):
+        above = np.flatnonzero(values[row] > kth[row])
+        equal = np.flatnonzero(values[row] == kth[row])[: width - above.size]
+        chosen = np.concatenate([above, equal])
+        result[row] = chosen[np.lexsort((chosen, -values[row][chosen]))]
+    return result
+
+
 def entropy_of(logp: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         terms = np.where(np.isneginf(logp), _F32(0), np.exp(logp) * logp)
@@ -73,8 +93,7 @@ def dynamic_tree_prune(
     logp = log_softmax(logits, temperature)
     entropy = entropy_of(logp)
     prune = prune_ratio(entropy, entropy_low, entropy_high, beta_base, rho_min, rho_max)
-    # Stable descending order: ties keep the lower token id first, as ONNX TopK does.
-    order = np.argsort(-logp, axis=-1, kind="stable")[:, :width]
+    order = top_indices(logp, width)
     top_logp = np.take_along_axis(logp, order, axis=-1)
     mass = np.cumsum(np.exp(top_logp), axis=-1, dtype=_F32)
     need = (_F32(1) - prune)[:, None]

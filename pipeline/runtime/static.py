@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.errors import BundleError, GenerationError
-from specdec.pipeline.runtime.graph import SessionOptions, _default_op_inputs, make_session
+from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, default_op_inputs, make_session
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo
 from specdec.pipeline.runtime.runner import build_mask
 
@@ -157,9 +157,9 @@ class StaticRunner:
         binding.bind_cpu_input("attention_mask", mask)
         for index, name in enumerate(_kv_names("past_key_values", self.info.num_layers)):
             binding.bind_ortvalue_input(name, self._buffer_values[index])
-        op_inputs = [n for n in bucket.inputs if n in _default_op_inputs(0)]
+        op_inputs = [n for n in bucket.inputs if n in OP_INPUT_NAMES]
         if op_inputs:
-            defaults = _default_op_inputs(size)
+            defaults = default_op_inputs(size)
             given = {k: _pad_rows(v, size, k) for k, v in extra_inputs.items()}
             for name in op_inputs:
                 binding.bind_cpu_input(name, np.ascontiguousarray(given.get(name, defaults[name])))
