@@ -14,6 +14,9 @@ from specdec.pipeline.errors import ValidationError
 from specdec.pipeline.runtime.runner import build_mask
 from specdec.pipeline.runtime.tree import ancestor_matrix
 
+# Relative to max(1, max|reference|): a different q changes onnxruntime's GEMM blocking, so
+# float32 sums are re-associated; on the demo target (logits up to ~20) that moves logits by
+# ~1e-5 in absolute terms, still ~5e-7 relative.
 FP32_TOLERANCE = 1e-5
 FP16_TOLERANCE = 2e-2
 
@@ -23,7 +26,7 @@ def _tree(q: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0) -> float:
-    """Max |difference| of logits and new KV between the bucket and the dynamic graph."""
+    """Max difference (relative to max(1, max|ref|)) of logits and new KV, bucket vs dynamic graph."""
     import onnxruntime as ort
 
     rng = np.random.default_rng(seed + q)
@@ -59,11 +62,14 @@ def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype
                                                                      if k in {i.name for i in dyn.get_inputs()}}}),
                     strict=True))
     got = dict(zip([o.name for o in sta.get_outputs()], sta.run(None, {**sta_feeds, **op_feeds}), strict=True))
-    worst = float(np.max(np.abs(got["logits"].astype(np.float32) - want["logits"].astype(np.float32))))
+    def relative(a: np.ndarray, b: np.ndarray) -> float:
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        return float(np.max(np.abs(a - b))) / max(1.0, float(np.max(np.abs(b))))
+
+    worst = relative(got["logits"], want["logits"])
     for name, value in want.items():
         if name.startswith("present."):
-            new = got[name.replace("present.", "new_key_values.")]
-            worst = max(worst, float(np.max(np.abs(new.astype(np.float32) - value[:, :, past:].astype(np.float32)))))
+            worst = max(worst, relative(got[name.replace("present.", "new_key_values.")], value[:, :, past:]))
     for name in ("accepted", "accepted_len", "next_token", "cand_ids", "keep"):
         if name in got and name in {o.name for o in dyn.get_outputs()}:
             reference = dyn.run([name], {**dyn_feeds, **op_feeds})[0]
@@ -72,8 +78,8 @@ def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype
                                       "report this with SPECDEC_DEBUG=1 output")
     tolerance = FP16_TOLERANCE if np_dtype == np.float16 else FP32_TOLERANCE
     if not np.isfinite(worst) or worst > tolerance:
-        raise ValidationError(f"{static.name}: outputs differ from the dynamic graph by {worst:.3g} "
-                              f"(tolerance {tolerance:g})", "report this with SPECDEC_DEBUG=1 output")
+        raise ValidationError(f"{static.name}: outputs differ from the dynamic graph by {worst:.3g} (relative; "
+                              f"tolerance {tolerance:g})", "report this with SPECDEC_DEBUG=1 output")
     return worst
 
 

@@ -31,6 +31,21 @@ def custom_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
     return [node for node in model.graph.node if node.domain == DOMAIN]
 
 
+def check_op_after_logits(model: onnx.ModelProto, op_name: str, new_inputs: Sequence[str]) -> str | None:
+    """What every pass needs: a [1, q, vocab] `logits` output, no copy of the op yet, free input names."""
+    shape = output_shape(model, "logits")
+    if shape is None:
+        return "it has no 'logits' output"
+    if len(shape) != 3:
+        return f"its 'logits' output has rank {len(shape)}, expected [1, q, vocab]"
+    if any(node.op_type == op_name for node in custom_nodes(model)):
+        return f"it already contains {op_name} (the bundle was surgered before)"
+    taken = {v.name for v in model.graph.input} & set(new_inputs)
+    if taken:
+        return f"it already has inputs named {sorted(taken)}"
+    return None
+
+
 def add_input(model: onnx.ModelProto, name: str, dtype: str, shape: Sequence[int | str]) -> None:
     model.graph.input.append(helper.make_tensor_value_info(name, DTYPES[dtype], list(shape)))
 

@@ -16,17 +16,7 @@ SCALAR_INPUTS = ("temperature", "entropy_low", "entropy_high", "beta_base", "rho
 
 def check(model: onnx.ModelProto) -> str | None:
     """Why this graph cannot take the op, or None when it can."""
-    shape = graph_edit.output_shape(model, "logits")
-    if shape is None:
-        return "it has no 'logits' output"
-    if len(shape) != 3:
-        return f"its 'logits' output has rank {len(shape)}, expected [1, q, vocab]"
-    if any(node.op_type == OP.schema.name for node in graph_edit.custom_nodes(model)):
-        return "it already contains DynamicTreePrune (the bundle was surgered before)"
-    taken = {v.name for v in model.graph.input} & set(SCALAR_INPUTS)
-    if taken:
-        return f"it already has inputs named {sorted(taken)}"
-    return None
+    return graph_edit.check_op_after_logits(model, OP.schema.name, SCALAR_INPUTS)
 
 
 def apply(model: onnx.ModelProto, *, max_k: int) -> dict[str, Any]:

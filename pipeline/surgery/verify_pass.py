@@ -25,19 +25,10 @@ NEW_INPUTS: dict[str, tuple[str, list[int | str]]] = {
 
 def check(model: onnx.ModelProto) -> str | None:
     """Why this graph cannot take the op, or None when it can."""
-    shape = graph_edit.output_shape(model, "logits")
-    if shape is None:
-        return "it has no 'logits' output"
-    if len(shape) != 3:
-        return f"its 'logits' output has rank {len(shape)}, expected [1, q, vocab]"
-    if "input_ids" not in {v.name for v in model.graph.input}:
+    reason = graph_edit.check_op_after_logits(model, OP.schema.name, list(NEW_INPUTS))
+    if reason is None and "input_ids" not in {v.name for v in model.graph.input}:
         return "it has no 'input_ids' input (the tree tokens)"
-    if any(node.op_type == OP.schema.name for node in graph_edit.custom_nodes(model)):
-        return "it already contains BlockSparseVerify (the bundle was surgered before)"
-    taken = {v.name for v in model.graph.input} & set(NEW_INPUTS)
-    if taken:
-        return f"it already has inputs named {sorted(taken)}"
-    return None
+    return reason
 
 
 def apply(model: onnx.ModelProto) -> dict[str, Any]:

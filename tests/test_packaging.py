@@ -1,0 +1,42 @@
+"""The repository root is the `specdec` package: every subpackage and data file must ship."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP = {"tests", "scripts", "benchmarks", "build", ".typing", ".venv"}
+
+
+def _declared() -> set[str]:
+    return set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+
+
+def test_every_package_directory_is_declared() -> None:
+    found = {"specdec"}
+    for init in ROOT.rglob("__init__.py"):
+        rel = init.parent.relative_to(ROOT)
+        if rel.parts and rel.parts[0] not in SKIP and not any(p.startswith(".") for p in rel.parts):
+            found.add(".".join(("specdec", *rel.parts)))
+    assert found == _declared()
+
+
+@pytest.mark.slow
+def test_wheel_carries_code_and_data(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(tmp_path)], check=True, capture_output=True, timeout=300)
+    wheel = next(tmp_path.glob("specdec-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for required in ("specdec/cli/app.py", "specdec/pipeline/runtime/engine.py",
+                     "specdec/custom_ops/block_sparse_verify/function.py", "specdec/profiles/local-cpu.yaml",
+                     "specdec/profiles/scenarios/chat.yaml", "specdec/pipeline/demo/target/model.safetensors",
+                     "specdec/pipeline/demo/draft/tokenizer.json", "specdec/pipeline/demo/calib.txt",
+                     "specdec/pipeline/demo/eval_prompts.jsonl", "specdec/pipeline/quantize/calib_default.txt"):
+        assert required in names, required
+    assert not any(n.startswith("specdec/tests/") for n in names)
