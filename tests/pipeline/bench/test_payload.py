@@ -35,7 +35,7 @@ def test_device_runner_runs_from_the_zip_alone(bench_bundle, tmp_path: Path) -> 
         import sys
         sys.meta_path[:] = [f for f in sys.meta_path if "Editable" not in type(f).__name__]
         root = {str(Path(__file__).resolve().parents[3])!r}
-        sys.path[:] = [{str(payload / "runtime.zip")!r}] + [p for p in sys.path if p and not p.startswith(root)]
+        sys.path[:] = [{str(payload / "runtime.zip")!r}] + [p for p in sys.path if p and p.rstrip("/") != root]
         for name in list(sys.modules):
             if name.startswith("specdec"):
                 del sys.modules[name]
