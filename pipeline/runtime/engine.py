@@ -131,19 +131,20 @@ class Engine:
     def _plan(self, output: list[int], config: DecodeConfig, controller: RoundController | None) -> RoundPlan | None:
         room = self.max_context - self.target.length  # slots left for the root and its drafts
         remaining = config.max_new_tokens - len(output)
-        depth = min(config.depth, remaining - 1, room - 1)
-        if self.drafter is not None:
-            # the draft feeds pending + root, then at most `width` nodes per further level
-            draft = self.drafter.runner
-            draft_room = draft.max_context - draft.length - len(self.drafter.pending) - 1
-            depth = min(depth, 1 + draft_room // max(config.width, 1)) if draft_room >= 0 else 0
-        plan = RoundPlan(budget=min(config.tree_budget, room), depth=depth, width=config.width)
+        plan = RoundPlan(budget=min(config.tree_budget, room), depth=min(config.depth, remaining - 1, room - 1),
+                         width=config.width)
         if controller is not None:
             adjusted = controller.plan(plan)
             if adjusted is None:
                 return None
-            plan = RoundPlan(min(adjusted.budget, plan.budget), min(adjusted.depth, depth), adjusted.width,
+            plan = RoundPlan(min(adjusted.budget, plan.budget), min(adjusted.depth, plan.depth), adjusted.width,
                              adjusted.beta_base)
+        if self.drafter is not None:
+            # the draft feeds pending + root, then at most `width` nodes per further level
+            draft = self.drafter.runner
+            draft_room = draft.max_context - draft.length - len(self.drafter.pending) - 1
+            depth = min(plan.depth, 1 + draft_room // max(plan.width, 1)) if draft_room >= 0 else 0
+            plan = RoundPlan(plan.budget, depth, plan.width, plan.beta_base)
         if plan.depth < 1 or plan.budget < 2:
             return None
         return plan
