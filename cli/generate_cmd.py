@@ -9,8 +9,17 @@ import typer
 from rich.table import Table
 
 from specdec.cli.console import RichProgress, err, out
+from specdec.pipeline.bench.controls import parse_controllers
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.generate import Generator, PromptItem, load_prompts, write_jsonl
+from specdec.pipeline.generate import (
+    Generator,
+    PromptItem,
+    host_controllers,
+    load_prompts,
+    scenario_config,
+    write_jsonl,
+)
+from specdec.pipeline.profiles import load_scenario
 from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
 
 
@@ -39,8 +48,11 @@ def generate(
     seed: int = typer.Option(0, help="Seed of the Philox generator (reproducible across machines)."),
     mode: VerifyMode = typer.Option(None, help="Verification: greedy (temperature 0), match or rrs (sampling)."),
     tree_budget: int = typer.Option(16, "--tree-budget", help="Tree nodes verified per round, root included."),
-    depth: int = typer.Option(6, help="Draft tree depth limit."),
-    width: int = typer.Option(4, help="Frontier nodes the draft expands per level."),
+    depth: int = typer.Option(None, help="Draft tree depth limit (6, or the scenario's)."),
+    width: int = typer.Option(None, help="Frontier nodes the draft expands per level (4, or the scenario's)."),
+    scenario: str = typer.Option(None, "--scenario", help="Prune template: code, chat, creative, knowledge (or YAML)."),
+    controllers: str = typer.Option("none", "--controllers",
+                                    help="Adaptive controllers: all, none, or beta,width,fallback,thermal."),
     no_speculation: bool = typer.Option(False, "--no-speculation", help="Plain decoding with the target only."),
     truncate: bool = typer.Option(False, "--truncate", help="Keep the end of prompts longer than the context."),
     threads: int = typer.Option(0, help="onnxruntime intra-op threads (0 = auto: 1 for small graphs, else all)."),
@@ -51,14 +63,16 @@ def generate(
         raise InputError("pass exactly one of --prompt TEXT or --prompts FILE.jsonl", "see `specdec generate --help`")
     if prompts is not None and output is None:
         raise InputError("--prompts needs --output FILE.jsonl", "say where the replies go")
-    config = DecodeConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                          seed=seed, mode=mode, speculative=not no_speculation, tree_budget=tree_budget,
-                          depth=depth, width=width)
+    template = load_scenario(scenario) if scenario else None
+    config = scenario_config(DecodeConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+                                          top_p=top_p, seed=seed, mode=mode, speculative=not no_speculation,
+                                          tree_budget=tree_budget), template, depth, width)
+    controller = host_controllers(parse_controllers(controllers), template, config.prune.beta_base)
     generator = Generator(bundle, threads=threads)
     rows: list[tuple[str, dict[str, Any]]] = []
     if prompt is not None:
         out.print(prompt, end="", style="dim", highlight=False)
-        reply, _ = generator.run(PromptItem("prompt", text=prompt), config, truncate=truncate,
+        reply, _ = generator.run(PromptItem("prompt", text=prompt), config, truncate=truncate, controller=controller,
                                  on_text=lambda text: out.print(text, end="", highlight=False, markup=False))
         out.print()
         rows.append(("prompt", reply.as_dict()))
@@ -68,7 +82,7 @@ def generate(
         items = load_prompts(prompts)
         records = []
         with RichProgress().task("generating", total=len(items)) as task:
-            for record in generator.run_all(items, config, truncate=truncate):
+            for record in generator.run_all(items, config, truncate=truncate, controller=controller):
                 records.append(record)
                 rows.append((record["id"], record["stats"]))
                 task.advance()

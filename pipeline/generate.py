@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -11,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.errors import GenerationError, InputError
-from specdec.pipeline.runtime.config import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.profiles import ScenarioProfile
+from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
+from specdec.pipeline.runtime.controllers import build_chain
+from specdec.pipeline.runtime.engine import Engine, RoundController
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.stats import Reply
 from specdec.pipeline.text import TextCodec
@@ -68,21 +71,44 @@ class Generator:
         return ids
 
     def run(self, item: PromptItem, config: DecodeConfig, *, truncate: bool = False,
-            on_text: Callable[[str], None] | None = None) -> tuple[Reply, str]:
+            on_text: Callable[[str], None] | None = None, controller: RoundController | None = None
+            ) -> tuple[Reply, str]:
         ids = self.prompt_ids(item, config, truncate)
         stream = self.codec.stream()
         sink = (lambda tokens: on_text(stream.push(tokens))) if on_text else None
-        reply = self.engine.generate(ids, config, on_tokens=sink)
+        reply = self.engine.generate(ids, config, on_tokens=sink, controller=controller)
         if on_text:
             on_text(stream.flush())
         return reply, self.codec.decode(reply.output_ids)
 
-    def run_all(self, items: list[PromptItem], config: DecodeConfig, *, truncate: bool = False
-                ) -> Iterator[dict[str, Any]]:
+    def run_all(self, items: list[PromptItem], config: DecodeConfig, *, truncate: bool = False,
+                controller: RoundController | None = None) -> Iterator[dict[str, Any]]:
         for item in items:
-            reply, text = self.run(item, config, truncate=truncate)
+            reply, text = self.run(item, config, truncate=truncate, controller=controller)
             yield {"id": item.id, "input_ids": reply.prompt_ids, "output_ids": reply.output_ids, "text": text,
                    "stats": reply.as_dict()}
+
+
+def scenario_config(config: DecodeConfig, scenario: ScenarioProfile | None, depth: int | None,
+                    width: int | None) -> DecodeConfig:
+    """Apply a scenario template's prune parameters and tree shape; explicit options win."""
+    prune = config.prune if scenario is None else PruneParams(
+        entropy_low=scenario.entropy_low, entropy_high=scenario.entropy_high, beta_base=scenario.beta_base,
+        rho_min=scenario.rho_min, rho_max=scenario.rho_max, max_k=config.prune.max_k)
+    template_depth = scenario.depth if scenario and scenario.depth else DecodeConfig.depth
+    template_width = scenario.width if scenario and scenario.width else DecodeConfig.width
+    return dataclasses.replace(config, prune=prune, depth=depth or template_depth, width=width or template_width)
+
+
+def host_controllers(names: tuple[str, ...], scenario: ScenarioProfile | None, beta_base: float
+                     ) -> RoundController | None:
+    """Controllers for decoding on this machine: its thermal zones, no battery."""
+    from specdec.pipeline.bench.controls import controller_spec
+    from specdec.pipeline.profiles import load_device
+
+    profile = load_device("local-cpu")
+    zones = [str(p) for p in sorted(Path(profile.sensors.thermal_dir).glob("thermal_zone*/temp"))]
+    return build_chain(controller_spec(names, profile, scenario, beta_base), zones, None)
 
 
 def write_jsonl(records: list[dict[str, Any]], path: Path) -> None:

@@ -164,5 +164,8 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
         "rounds": {"speculative": len(spec_rounds), "plain": len(plain_rounds),
                    "fallback": sum(1 for r in rounds if r["mode"] == "speculative" and r["kind"] == "plain")},
         "energy_per_token_mj": energy,
+        "padding": {role: {**counts, "waste": counts["rows_padded"] / counts["rows_computed"]
+                           if counts["rows_computed"] else 0.0}
+                    for role, counts in done.get("padding", {}).items()},
     }
     return Analysis(figures=figures, details=details, lossless=lossless, unavailable=unavailable)

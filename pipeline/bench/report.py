@@ -51,6 +51,10 @@ def summary_markdown(results: dict[str, Any]) -> str:
         lines.append(f"Mean power {_fmt(f['mean_power_mw'], 4, ' mW')}, "
                      f"peak temperature {_fmt(f['peak_temp_c'], 3, ' °C')}, "
                      f"peak memory {_fmt(f['peak_memory_mb'], 4, ' MB')}.")
+    padding = results["details"].get("padding")
+    if padding:
+        lines.append("Bucket padding (rows computed and thrown away): " + ", ".join(
+            f"{role} {p['waste']:.0%}" for role, p in sorted(padding.items())) + ".")
     controllers = results.get("controllers", {}).get("counts")
     if controllers:
         lines.append("Controller actions: " + ", ".join(f"{k} {v}" for k, v in sorted(controllers.items())) + ".")

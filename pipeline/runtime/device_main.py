@@ -19,6 +19,7 @@ from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.runtime.stats import Reply
 
 EVENTS = "events.jsonl"
@@ -114,7 +115,11 @@ def run(spec: dict[str, Any], workdir: Path, thermal_paths: list[str] | None = N
                 for mode in order:
                     decode(mode, index, repeat, measured=True)
         log.write({"type": "phase", "name": "measure", "start_ns": measure_start, "end_ns": clock.now()})
-        log.write({"type": "done", "peak_rss_kb": _peak_rss_kb(), "end_ns": clock.now()})
+        runners = {"target": engine.target, "draft": engine.drafter.runner if engine.drafter else None}
+        padding = {role: {"rows_padded": runner.padding_waste, "rows_computed": runner.rows_computed}
+                   for role, runner in runners.items()
+                   if isinstance(runner, StaticRunner)}  # compiled bundles pad each call up to a bucket
+        log.write({"type": "done", "peak_rss_kb": _peak_rss_kb(), "end_ns": clock.now(), "padding": padding})
     return 0
 
 

@@ -48,3 +48,10 @@ def test_export_inspect_generate(pair_factory, tmp_path: Path) -> None:  # type:
     assert plain.exit_code == 0
     plain_records = [json.loads(line) for line in (tmp_path / "p.out").read_text().splitlines()]
     assert [r["output_ids"] for r in plain_records] == [r["output_ids"] for r in records]
+    adaptive = runner.invoke(app, ["generate", str(out), "--prompts", str(prompts), "-o", str(tmp_path / "a.out"),
+                                   "-n", "10", "--scenario", "code", "--controllers", "all"])
+    assert adaptive.exit_code == 0, adaptive.output
+    adaptive_records = [json.loads(line) for line in (tmp_path / "a.out").read_text().splitlines()]
+    assert [r["output_ids"] for r in adaptive_records] == [r["output_ids"] for r in records]
+    unknown = runner.invoke(app, ["generate", str(out), "--prompt", "x", "--controllers", "turbo"])
+    assert unknown.exit_code == 2 and "unknown controller" in unknown.output
