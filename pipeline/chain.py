@@ -126,7 +126,7 @@ def _reusable(out: Path, expected: str) -> Bundle | None:
     return bundle if bundle.manifest.fingerprint == expected else None
 
 
-def _stage(name: str, out: Path, expected: str, build: Callable[[], Bundle], progress: Progress,
+def _stage(name: str, out: Path, expected: str, build: Callable[[], Bundle],
            report: Callable[[str, Bundle, bool], None]) -> Bundle:
     reused = _reusable(out, expected)
     if reused is not None:
@@ -150,12 +150,12 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None,
     digests = {f"{role}/{name}": digest for role, spec in sources.items()
                for name, digest in ckpt.source_digests(ckpt.resolve(spec, role)).items()}
     bundle = _stage("export", export.output, fingerprint("export", export.record(), digests),
-                    lambda: export_bundle(export, progress), progress, report)
+                    lambda: export_bundle(export, progress), report)
     if config.surgery.enabled:
         surgery = SurgeryConfig(output=root / "02-surgery", max_k=config.surgery.max_k, force=True)
         source = bundle
         bundle = _stage("surgery", surgery.output, fingerprint("surgery", surgery.record(), input_digests(source)),
-                        lambda: surgery_bundle(surgery, source, progress), progress, report)
+                        lambda: surgery_bundle(surgery, source, progress), report)
     if config.quantize.enabled:
         q = config.quantize
         quantize = QuantizeConfig(output=root / "03-quantize", method=q.method, target_method=q.target_method,
@@ -166,7 +166,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None,
         source = bundle
         bundle = _stage("quantize", quantize.output,
                         fingerprint("quantize", quantize.record(), input_digests(source)),
-                        lambda: quantize_bundle(quantize, source, progress), progress, report)
+                        lambda: quantize_bundle(quantize, source, progress), report)
     if config.compile.enabled:
         c = config.compile
         compile_config = CompileConfig(
@@ -176,7 +176,7 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None,
         source = bundle
         bundle = _stage("compile", compile_config.output,
                         fingerprint("compile", compile_config.record(), input_digests(source)),
-                        lambda: compile_bundle(compile_config, source, progress), progress, report)
+                        lambda: compile_bundle(compile_config, source, progress), report)
     outcome = None
     if config.bench.enabled:
         b = config.bench

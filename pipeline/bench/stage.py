@@ -23,7 +23,7 @@ from specdec.pipeline.bench.controls import controller_spec, sensor_args
 from specdec.pipeline.bench.gates import GateResult
 from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, run_on_device
 from specdec.pipeline.bench.payload import build_payload
-from specdec.pipeline.bench.prompts import load_bench_prompts
+from specdec.pipeline.bench.prompts import BenchPrompt, load_bench_prompts
 from specdec.pipeline.bundle import Bundle, StagedDirectory
 from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.sensors import thermal_events
@@ -118,7 +118,8 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                          f"{config.device.value}", f"pass --device {profile.transport.value} or another --profile")
     spec = decode_spec(config, profile, bundle)
     codec = TextCodec(bundle.tokenizer_dir)
-    prompts = load_bench_prompts(config.prompts, codec, config.limit)
+    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit), bundle,
+                                     config.max_new_tokens)
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
     device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
                          adb_port=config.adb_port)
@@ -133,7 +134,7 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
         run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
                             on_event=on_event, sensors=sensors)
-        run.warnings += sensors.notes
+        run.warnings += sensors.notes + truncated
         results = assemble(config, profile, bundle, spec, prompts, run)
         write_outputs(staged.dir, results, run)
         outcome = BenchOutcome(results, config.output, run=run)
@@ -144,6 +145,24 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         write_outputs(staged.dir, results, run, figures_only=True)
         staged.commit()
     return outcome
+
+
+def bundle_context(bundle: Bundle) -> int:
+    if bundle.manifest.buckets:
+        return int(bundle.manifest.buckets["max_context"])
+    return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
+
+
+def fit_prompts(prompts: list[BenchPrompt], bundle: Bundle, max_new_tokens: int) -> tuple[list[BenchPrompt], list[str]]:
+    """Keep the end of prompts that would leave no room for the reply in the bundle's context."""
+    room = bundle_context(bundle) - max_new_tokens - 1
+    if room < 1:
+        raise InputError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the bundle's "
+                         f"context of {bundle_context(bundle)} tokens", "lower --max-new-tokens")
+    long = [p.id for p in prompts if len(p.ids) > room]
+    notes = [f"{len(long)} prompt(s) longer than {room} tokens were cut to their last {room} "
+             f"({', '.join(long[:4])})"] if long else []
+    return [BenchPrompt(p.id, p.ids[-room:], p.scenario) for p in prompts], notes
 
 
 def assemble(config: BenchConfig, profile: profiles.DeviceProfile, bundle: Bundle, spec: dict[str, Any],
