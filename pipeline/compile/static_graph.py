@@ -15,6 +15,7 @@ import onnx
 from onnx import helper
 
 from specdec.custom_ops import DOMAIN
+from specdec.pipeline.onnx_edit import retain
 
 _KV_OUT = re.compile(r"^present\.(\d+)\.(key|value)$")
 
@@ -23,17 +24,11 @@ def strip_custom_ops(model: onnx.ModelProto) -> None:
     """Remove the com.endpoint.ai nodes and everything only they used (outputs, inputs, helpers)."""
     graph = model.graph
     removed_outputs = {o for node in graph.node if node.domain == DOMAIN for o in node.output}
-    keep_nodes = [node for node in graph.node if node.domain != DOMAIN]
-    del graph.node[:]
-    graph.node.extend(keep_nodes)
-    outputs = [o for o in graph.output if o.name not in removed_outputs]
-    del graph.output[:]
-    graph.output.extend(outputs)
+    retain(graph.node, lambda node: node.domain != DOMAIN)
+    retain(graph.output, lambda value: value.name not in removed_outputs)
     eliminate_dead_code(model)
     del model.functions[:]
-    opsets = [o for o in model.opset_import if o.domain != DOMAIN]
-    del model.opset_import[:]
-    model.opset_import.extend(opsets)
+    retain(model.opset_import, lambda opset: opset.domain != DOMAIN)
 
 
 def eliminate_dead_code(model: onnx.ModelProto) -> None:
@@ -46,16 +41,12 @@ def eliminate_dead_code(model: onnx.ModelProto) -> None:
             for attribute in node.attribute:  # subgraphs read outer-scope names
                 if attribute.g.node:
                     needed.update(name for sub in attribute.g.node for name in sub.input)
-        live = [n for n in graph.node if any(o in needed for o in n.output)]
-        if len(live) == len(graph.node):
+        live = frozenset(needed)
+        if not retain(graph.node, lambda node, live=live: any(o in live for o in node.output)):
             break
-        del graph.node[:]
-        graph.node.extend(live)
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     for field in (graph.input, graph.initializer):
-        kept = [item for item in field if item.name in used]
-        del field[:]
-        field.extend(kept)
+        retain(field, lambda item: item.name in used)
 
 
 def _set_shape(value: onnx.ValueInfoProto, shape: list[int]) -> None:
@@ -87,9 +78,8 @@ def make_static(model: onnx.ModelProto, *, q: int, capacity: int, num_kv_heads: 
         ))
         new_outputs.append(helper.make_tensor_value_info(name, output.type.tensor_type.elem_type,
                                                          [1, num_kv_heads, q, head_dim]))
-    outputs = [o for o in graph.output if not _KV_OUT.match(o.name)]
-    del graph.output[:]
-    graph.output.extend(outputs + new_outputs)
+    retain(graph.output, lambda value: not _KV_OUT.match(value.name))
+    graph.output.extend(new_outputs)
     for value in graph.input:
         if value.name in ("input_ids", "position_ids"):
             _set_shape(value, [1, q])

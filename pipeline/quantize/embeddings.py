@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from specdec.pipeline.onnx_edit import ensure_opset, retain
 from specdec.pipeline.quantize.layers import MS_DOMAIN, attribute_value, module_name, names_used, unique_name
 from specdec.pipeline.quantize.packing import Packed
 
@@ -96,9 +97,6 @@ def apply_embeddings(model: onnx.ModelProto, replacements: list[tuple[Embedding,
     graph.node.extend(new_nodes)
     used = set(names_used(graph)) | {value.name for value in graph.output}
     dead = {embedding.table for embedding, _ in replacements} - used  # a tied head may still read the table
-    if dead:
-        keep = [init for init in graph.initializer if init.name not in dead]
-        del graph.initializer[:]
-        graph.initializer.extend(keep)
-    if replacements and not any(op.domain == MS_DOMAIN for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    retain(graph.initializer, lambda init: init.name not in dead)
+    if replacements:
+        ensure_opset(model, MS_DOMAIN, 1)

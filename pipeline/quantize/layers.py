@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from specdec.pipeline.onnx_edit import ensure_opset, retain
 from specdec.pipeline.quantize.packing import Packed
 
 MS_DOMAIN = "com.microsoft"
@@ -220,20 +221,11 @@ def apply_rewrites(model: onnx.ModelProto, rewrites: list[Rewrite]) -> None:
     # Only what fed the rewritten layers may go: a tied embedding still reads its table.
     used = set(names_used(graph)) | {value.name for value in graph.output}
     dead_transposes = {r.layer.via_transpose for r in rewrites if r.layer.via_transpose} - used
-    if dead_transposes:
-        keep = [node for node in graph.node if not (node.op_type == "Transpose" and node.output[0] in dead_transposes)]
-        del graph.node[:]
-        graph.node.extend(keep)
+    if retain(graph.node, lambda node: not (node.op_type == "Transpose" and node.output[0] in dead_transposes)):
         used = set(names_used(graph)) | {value.name for value in graph.output}
     dead_inits = {r.layer.weight for r in rewrites} - used
-    if dead_inits:
-        keep_inits = [init for init in graph.initializer if init.name not in dead_inits]
-        del graph.initializer[:]
-        graph.initializer.extend(keep_inits)
+    retain(graph.initializer, lambda init: init.name not in dead_inits)
     gone = dead_transposes | dead_inits
-    if gone:
-        keep_info = [value for value in graph.value_info if value.name not in gone]
-        del graph.value_info[:]
-        graph.value_info.extend(keep_info)
-    if rewrites and not any(op.domain == MS_DOMAIN for op in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    retain(graph.value_info, lambda value: value.name not in gone)
+    if rewrites:
+        ensure_opset(model, MS_DOMAIN, 1)

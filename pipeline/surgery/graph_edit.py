@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from specdec.custom_ops import DOMAIN, VERSION
 from specdec.custom_ops.schema import OpSchema
+from specdec.pipeline.onnx_edit import ensure_opset
 
 DTYPES = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "int64": TensorProto.INT64}
 
@@ -75,5 +76,4 @@ def add_custom_node(model: onnx.ModelProto, schema: OpSchema, inputs: list[str],
     model.graph.node.append(node)
     known = {(f.domain, f.name) for f in model.functions}
     model.functions.extend(f for f in functions if (f.domain, f.name) not in known)
-    if not any(o.domain == DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(DOMAIN, VERSION))
+    ensure_opset(model, DOMAIN, VERSION)
