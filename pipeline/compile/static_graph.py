@@ -10,6 +10,7 @@ tool in between can damage their function bodies.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import onnx
 from onnx import helper
@@ -41,12 +42,15 @@ def eliminate_dead_code(model: onnx.ModelProto) -> None:
             for attribute in node.attribute:  # subgraphs read outer-scope names
                 if attribute.g.node:
                     needed.update(name for sub in attribute.g.node for name in sub.input)
-        live = frozenset(needed)
-        if not retain(graph.node, lambda node, live=live: any(o in live for o in node.output)):
+        if not retain(graph.node, _produces_any_of(frozenset(needed))):
             break
     used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
     for field in (graph.input, graph.initializer):
         retain(field, lambda item: item.name in used)
+
+
+def _produces_any_of(names: frozenset[str]) -> Callable[[onnx.NodeProto], bool]:
+    return lambda node: any(output in names for output in node.output)
 
 
 def _set_shape(value: onnx.ValueInfoProto, shape: list[int]) -> None:
