@@ -168,8 +168,8 @@ def graph_info(role: str, spec: GraphSpec, file: Path) -> GraphInfo:
 def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (),
             with_logits: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
     """One window from an empty cache with a causal mask: (logits [L, V] or None, extra outputs)."""
-    from specdec.pipeline.runtime.engine import causal_mask
     from specdec.pipeline.runtime.kv import KVCache
+    from specdec.pipeline.runtime.runner import causal_mask
 
     length = int(ids.size)
     mask = causal_mask(length, 0, graph.dtype, graph.mask_min)

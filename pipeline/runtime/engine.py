@@ -22,7 +22,7 @@ from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.runtime.rng import Randomness, Stream
-from specdec.pipeline.runtime.runner import DynamicRunner, Runner, build_mask, causal, no_scratch
+from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.runtime.stats import ACCEPT, COMMIT, VERIFY, Reply, RoundStats, StageClock
 from specdec.pipeline.runtime.tree import DraftTree, ancestor_matrix
 
@@ -35,11 +35,6 @@ class RoundController(Protocol):
     def plan(self, plan: RoundPlan) -> RoundPlan | None: ...  # None: decode this round plainly
 
     def observe(self, stats: RoundStats) -> None: ...
-
-
-def causal_mask(length: int, past: int, dtype: np.dtype, neg: float) -> np.ndarray:
-    """Additive causal mask [1, 1, length, past + length] over a fully valid past."""
-    return build_mask(dtype, neg, past, past, np.zeros((length, 0), bool), causal(length))
 
 
 def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) -> Runner:

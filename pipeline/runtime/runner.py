@@ -71,6 +71,11 @@ def build_mask(dtype: np.dtype, neg: float, committed: int, width: int, scratch_
     return mask
 
 
+def causal_mask(length: int, past: int, dtype: np.dtype, neg: float) -> np.ndarray:
+    """Additive causal mask [1, 1, length, past + length] over a fully valid past."""
+    return build_mask(dtype, neg, past, past, no_scratch(length), causal(length))
+
+
 class DynamicRunner:
     """Dynamic-shape graph: the KV cache grows with every forward and shrinks at commit."""
 

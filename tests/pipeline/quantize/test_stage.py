@@ -14,7 +14,8 @@ from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError, InputError, ValidationError
 from specdec.pipeline.quantize import QuantizeConfig, quality, quantize_bundle
 from specdec.pipeline.runtime.config import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine, causal_mask
+from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.runtime.runner import causal_mask
 
 SMALL: dict[str, Any] = {"calib_samples": 8, "calib_seq_len": 32, "eval_prompts": 3, "eval_new_tokens": 12}
 METHODS = ("rtn", "gptq", "awq")
