@@ -39,6 +39,10 @@ class DecodeConfig:
     depth: int = 6  # draft levels per round
     width: int = 4  # frontier nodes expanded per level
     prune: PruneParams = field(default_factory=PruneParams)
+    # Bitwise-exact layout: every target call has at least two rows (plain steps get a pad row)
+    # and trees are chains, so each token is computed by the same kernels on the same data
+    # whether it is decoded alone or verified in a round (see runtime/invariance.py).
+    exact_layout: bool = False
 
     def __post_init__(self) -> None:
         if self.mode is not None and not isinstance(self.mode, VerifyMode):

@@ -143,7 +143,7 @@ class Drafter:
             for offset, node in enumerate(frontier):
                 pool.nodes[node].draft_slot = slots + offset
         with clock(PRUNE):
-            tree = pool.select(plan.budget, sibling_prefix=sampled)
+            tree = pool.select(plan.budget, sibling_prefix=sampled, chain=config.exact_layout)
             width = ids.shape[1]
             dist_ids = np.full((tree.size, width), -1, np.int64)
             dist_logprob = np.full((tree.size, width), -np.inf)

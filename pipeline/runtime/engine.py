@@ -92,11 +92,12 @@ class Engine:
         start = time.perf_counter_ns()
         target = self.target
         target.reset()
-        logits, _ = target.forward(np.array(ids), np.arange(len(ids)), no_scratch(len(ids)), causal(len(ids)))
+        fed = [*ids, 0] if config.exact_layout and len(ids) == 1 else ids  # never a single row (exact layout)
+        logits, _ = target.forward(np.array(fed), np.arange(len(fed)), no_scratch(len(fed)), causal(len(fed)))
         assert logits is not None
         target.commit(np.arange(len(ids)))
         prefill_ns = time.perf_counter_ns() - start
-        output = [self._choose(logits[-1], 0, config, rand)]
+        output = [self._choose(logits[len(ids) - 1], 0, config, rand)]
         ttft_ns = time.perf_counter_ns() - start
         if on_tokens:
             on_tokens(list(output))
@@ -105,6 +106,7 @@ class Engine:
             self.drafter.reset(ids)
         stop = self._stop_reason(output, config)
         while stop is None:
+            round_start = time.perf_counter_ns()
             stats = RoundStats(index=len(rounds), kind="plain")
             plan = self._plan(output, config, controller) if speculative else None
             if plan is None:
@@ -112,6 +114,7 @@ class Engine:
             else:
                 stats.kind = "speculative"
                 emitted = self._speculative_round(output, config, rand, plan, stats)
+            stats.wall_ns = time.perf_counter_ns() - round_start
             if controller is not None:
                 controller.observe(stats)
             rounds.append(stats)
@@ -147,11 +150,15 @@ class Engine:
     def _plain_step(self, output: list[int], config: DecodeConfig, rand: Randomness, stats: RoundStats) -> list[int]:
         clock = StageClock(stats)
         target = self.target
-        args = (np.array(output[-1:]), np.array([target.length]), no_scratch(1), causal(1))
+        rows = 2 if config.exact_layout else 1  # the exact layout never calls with a single row
+        args = (np.array(output[-1:] + [0] * (rows - 1)), target.length + np.arange(rows), no_scratch(rows),
+                np.eye(rows, dtype=bool) if rows > 1 else causal(1))
         if self._verify_in_graph(config):  # a one-node tree: the op returns the target's token
             with clock(VERIFY):
+                # a pad row is a parentless node: never accepted, its token never emitted
                 _, extras = target.forward(
-                    *args, extra_inputs=self._verify_inputs(np.array([-1]), np.array([0]), config, rand, len(output)),
+                    *args, extra_inputs=self.verify_inputs(np.full(rows, -1), np.zeros(rows, np.int64), config, rand,
+                                                           len(output)),
                     extra_outputs=("next_token",), with_logits=False,
                 )
             token = int(extras["next_token"])
@@ -182,7 +189,7 @@ class Engine:
         if self._verify_in_graph(config):
             with clock(VERIFY):
                 _, extras = target.forward(
-                    *args, extra_inputs=self._verify_inputs(tree.parents, tree.depths, config, rand, generated),
+                    *args, extra_inputs=self.verify_inputs(tree.parents, tree.depths, config, rand, generated),
                     extra_outputs=("accepted", "accepted_len", "next_token"), with_logits=False,
                 )
             accepted, length, next_token = extras["accepted"], int(extras["accepted_len"]), int(extras["next_token"])
@@ -198,6 +205,10 @@ class Engine:
             target.commit(path)
             self.drafter.commit(drafted, path)
         stats.accepted_len = length
+        order = np.argsort(tree.selected)[1:]  # non-root nodes in best-first order
+        stats.order_depths = tree.depths[order].tolist()
+        stats.path_positions = [int(tree.selected[node]) - 1 for node in path[1:]]
+        stats.path_ranks = tree.rank[path[1:]].tolist()
         return [int(t) for t in tree.tokens[path[1:]]] + [next_token]
 
     def _verify_in_graph(self, config: DecodeConfig) -> bool:
@@ -208,7 +219,7 @@ class Engine:
         # plain sampling uses for that position, so match reproduces plain sampling exactly.
         return np.array([[rand.token_uniform(generated + int(d))] for d in depths], np.float64)
 
-    def _verify_inputs(self, parents: np.ndarray, depths: np.ndarray, config: DecodeConfig, rand: Randomness,
+    def verify_inputs(self, parents: np.ndarray, depths: np.ndarray, config: DecodeConfig, rand: Randomness,
                        generated: int) -> dict[str, np.ndarray]:
         mode = config.effective_mode
         uniforms = self._match_uniforms(depths, rand, generated) if mode is VerifyMode.match \

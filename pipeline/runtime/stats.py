@@ -30,6 +30,12 @@ class RoundStats:
     accepted_len: int = 1  # tokens emitted by the round (accepted drafts + the target's token)
     draft_calls: int = 0
     bytes_out: int = 0  # bytes copied out of onnxruntime during the round
+    wall_ns: int = 0  # the whole round, host glue included
+    # The tree as the planner replays it (planner.CalibrationRound): depths in best-first order,
+    # the accepted path's best-first positions and its nodes' ranks among their siblings.
+    order_depths: list[int] = field(default_factory=list)
+    path_positions: list[int] = field(default_factory=list)
+    path_ranks: list[int] = field(default_factory=list)
     slices: list[Slice] = field(default_factory=list)
     events: list[dict[str, object]] = field(default_factory=list)
 

@@ -37,6 +37,8 @@ class DraftTree:
     path_logprob: np.ndarray
     draft_slot: np.ndarray
     source: np.ndarray  # candidate index of each node, to find its draft distribution
+    selected: np.ndarray  # best-first selection index of each node (root 0): trees of smaller budgets are prefixes
+    rank: np.ndarray  # each node's position among its parent's children (0 = proposed first)
 
     @property
     def size(self) -> int:
@@ -89,8 +91,12 @@ class CandidatePool:
         ranked = sorted(indices, key=lambda i: (-self.nodes[i].path_logprob, i))
         return ranked[:count]
 
-    def select(self, budget: int, sibling_prefix: bool) -> DraftTree:
-        """Best `budget` nodes (root included) by path log-prob under the closure rules."""
+    def select(self, budget: int, sibling_prefix: bool, chain: bool = False) -> DraftTree:
+        """Best `budget` nodes (root included) by path log-prob under the closure rules.
+
+        `chain` keeps one child per node (the first proposed): the tree is a single path, so
+        every node's row in the verify call is its depth (the exact layout).
+        """
         chosen = [0]
         heap: list[tuple[float, int]] = []
 
@@ -99,7 +105,7 @@ class CandidatePool:
 
         def offer_children(index: int) -> None:
             children = self.nodes[index].children
-            for child in children[:1] if sibling_prefix else children:
+            for child in children[:1] if sibling_prefix or chain else children:
                 offer(child)
 
         offer_children(0)
@@ -107,7 +113,7 @@ class CandidatePool:
             _, index = heapq.heappop(heap)
             chosen.append(index)
             offer_children(index)
-            if sibling_prefix:
+            if sibling_prefix and not chain:
                 siblings = self.nodes[self.nodes[index].parent].children
                 position = siblings.index(index)
                 if position + 1 < len(siblings):
@@ -116,8 +122,10 @@ class CandidatePool:
 
     def _as_tree(self, chosen: list[int]) -> DraftTree:
         # Depth-major order keeps parents before children and siblings in proposal order.
-        order = sorted(chosen, key=lambda i: (self.nodes[i].depth, self._sibling_key(i)))
+        keys = {i: self._sibling_key(i) for i in chosen}
+        order = sorted(chosen, key=lambda i: (self.nodes[i].depth, keys[i]))
         position = {cand: pos for pos, cand in enumerate(order)}
+        selected = {cand: index for index, cand in enumerate(chosen)}
         nodes = [self.nodes[i] for i in order]
         return DraftTree(
             tokens=np.array([n.token for n in nodes], np.int64),
@@ -126,6 +134,8 @@ class CandidatePool:
             path_logprob=np.array([n.path_logprob for n in nodes], np.float64),
             draft_slot=np.array([n.draft_slot for n in nodes], np.int64),
             source=np.array(order, np.int64),
+            selected=np.array([selected[i] for i in order], np.int64),
+            rank=np.array([keys[i][-1] if keys[i] else 0 for i in order], np.int64),
         )
 
     def _sibling_key(self, index: int) -> tuple[int, ...]:

@@ -18,6 +18,8 @@ from transformers import (
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
     Qwen2ForCausalLM,
@@ -54,15 +56,17 @@ def _config(arch: str, vocab: int, layers: int, hidden: int, tie: bool) -> Any:
     if arch == "gpt2":
         return GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=4, n_positions=512,
                           bos_token_id=0, eos_token_id=0)
-    cls = Qwen2Config if arch == "qwen2" else LlamaConfig
+    cls = {"qwen2": Qwen2Config, "mistral": MistralConfig}.get(arch, LlamaConfig)
+    extra = {"sliding_window": 256} if arch == "mistral" else {}  # export caps the context at the window
     return cls(
         vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, intermediate_size=2 * hidden, max_position_embeddings=512,
-        tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0,
+        tie_word_embeddings=tie, bos_token_id=0, eos_token_id=0, **extra,
     )
 
 
-_MODEL_CLASSES = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "gpt2": GPT2LMHeadModel}
+_MODEL_CLASSES = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "mistral": MistralForCausalLM,
+                  "gpt2": GPT2LMHeadModel}
 
 
 def make_model(arch: str, vocab: int, layers: int = 2, hidden: int = 64, seed: int = 0,

@@ -1,0 +1,94 @@
+"""A fused graph must reproduce the dynamic graph it was built from, run the way the runtime runs it.
+
+Both graphs are driven through the runtime's own runners (`DynamicRunner` with its growing cache,
+`FusedRunner` with the in-place buffer and IO binding) over the same sequence: a causal prefill,
+a branching token tree on that past, a commit of one of its paths, and a decode step. Logits
+are compared relative to max(1, max|reference|) (a different q re-associates float sums); the
+custom ops' outputs must be identical.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.manifest import GraphInfo
+from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
+from specdec.pipeline.runtime.tree import ancestor_matrix
+
+FP32_TOLERANCE = 1e-5
+FP16_TOLERANCE = 2e-2
+TREE_PARENTS = np.array([-1, 0, 0, 1, 1, 2, 4, 6], np.int64)
+_PROMPT = 11
+
+
+def _relative(got: np.ndarray, want: np.ndarray) -> float:
+    got, want = got.astype(np.float32), want.astype(np.float32)
+    return float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
+
+
+def _op_inputs(runner: Runner, parents: np.ndarray, depths: np.ndarray) -> dict[str, np.ndarray]:
+    if runner.has_verify:
+        return {"tree_parent": parents, "tree_depth": depths, "uniforms": np.zeros((parents.size, 1)),
+                "temperature": np.array(0.0, np.float32), "mode": np.array(0, np.int64),
+                "top_k": np.array(0, np.int64), "top_p": np.array(1.0, np.float32)}
+    return {}
+
+
+def _outputs(runner: Runner) -> tuple[str, ...]:
+    if runner.has_verify:
+        return ("accepted", "accepted_len", "next_token")
+    if runner.has_prune:
+        return ("cand_ids", "keep")
+    return ()
+
+
+def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int = 0) -> float:
+    """Worst relative logits difference of `fused` vs the dynamic graph; raises beyond tolerance."""
+    reference = DynamicRunner(dynamic, SessionOptions(threads=1))
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, vocab, _PROMPT)
+    depths = np.zeros(TREE_PARENTS.size, np.int64)
+    for node in range(1, TREE_PARENTS.size):
+        depths[node] = depths[TREE_PARENTS[node]] + 1
+    tree = rng.integers(0, vocab, TREE_PARENTS.size)
+    steps = [
+        ("prefill", prompt, np.arange(_PROMPT), causal(_PROMPT), {}, list(range(_PROMPT))),
+        ("tree", tree, _PROMPT + depths, ancestor_matrix(TREE_PARENTS),
+         _op_inputs(fused, TREE_PARENTS, depths), [0, 1, 4, 6]),
+        ("decode", rng.integers(0, vocab, 1), np.array([_PROMPT + 4]), causal(1),
+         _op_inputs(fused, np.array([-1]), np.array([0])), [0]),
+    ]
+    worst = 0.0
+    for runner in (reference, fused):
+        runner.reset()
+    for case, ids, positions, visible, op_inputs, keep in steps:
+        q = int(ids.size)
+        names = _outputs(fused) if op_inputs or fused.has_prune else ()
+        want, want_ops = reference.forward(ids, positions, no_scratch(q), visible,
+                                           extra_inputs=op_inputs or None, extra_outputs=names)
+        got, got_ops = fused.forward(ids, positions, no_scratch(q), visible,
+                                     extra_inputs=op_inputs or None, extra_outputs=names)
+        assert want is not None and got is not None
+        diff = _relative(got, want)
+        if not np.isfinite(diff) or diff > (FP16_TOLERANCE if fused.dtype == np.float16 else FP32_TOLERANCE):
+            raise ValidationError(f"fused {dynamic.role} graph: {case} logits differ from the dynamic graph by "
+                                  f"{diff:.3g} (relative)", "report this with SPECDEC_DEBUG=1 output")
+        for name in names:
+            if not np.array_equal(got_ops[name], want_ops[name]):
+                raise ValidationError(f"fused {dynamic.role} graph: {case} custom-op output '{name}' differs from "
+                                      "the dynamic graph", "report this with SPECDEC_DEBUG=1 output")
+        worst = max(worst, diff)
+        for runner in (reference, fused):
+            runner.commit(keep)
+    return worst
+
+
+def graph_info_for(dynamic: GraphInfo, path: Path) -> GraphInfo:
+    """The dynamic graph's geometry pointing at another file (the fused graph)."""
+    from dataclasses import replace
+
+    return replace(dynamic, file=path)

@@ -1,0 +1,255 @@
+"""Read a decoder's weights out of a bundle graph, whatever earlier stages did to it.
+
+The fused CPU flavour is built from the bundle's own graph rather than from the Hugging Face
+checkpoint, so it works on any bundle (the checkpoint may be gone) and keeps what quantize
+chose (AWQ/GPTQ/RTN codes, per-layer bits, the AWQ input scales). Layers are found by the module
+path torch records in each node's metadata (`model.layers.0.self_attn.q_proj`), which export
+writes and quantize keeps: a linear layer is a float `MatMul` (quantize/layers.find_layers) or a
+`MatMulNBits`, optionally behind AWQ's `Mul` by a constant and followed by a bias `Add`.
+Anything this reader gets wrong is caught by the compile stage's validation against the
+dynamic graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from specdec.pipeline.errors import UnsupportedModelError
+from specdec.pipeline.quantize.layers import MS_DOMAIN, attribute_value, find_layers, load_weight, module_name
+
+
+@dataclass(frozen=True)
+class QuantWeight:
+    """A MatMulNBits weight exactly as quantize packed it."""
+
+    packed: np.ndarray  # uint8 [N, k_blocks, blob]
+    scales: np.ndarray  # [N * k_blocks]
+    zero_points: np.ndarray | None
+    bits: int
+    block_size: int
+    accuracy_level: int
+
+
+@dataclass(frozen=True)
+class Linear:
+    """`y = (x * input_scale) @ W + bias` with W float [K, N] or quantized."""
+
+    name: str
+    K: int
+    N: int
+    weight: np.ndarray | None = None
+    quant: QuantWeight | None = None
+    bias: np.ndarray | None = None
+    input_scale: np.ndarray | None = None  # AWQ: x is multiplied by this before the layer
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """The token lookup: a float table, or the quantized node copied as it is."""
+
+    table: np.ndarray | None
+    node: onnx.NodeProto | None = None  # GatherBlockQuantized with its initializers below
+    initializers: tuple[onnx.TensorProto, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecoderLayer:
+    input_norm: np.ndarray
+    post_norm: np.ndarray
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    gate: Linear
+    up: Linear
+    down: Linear
+
+
+@dataclass
+class DecoderWeights:
+    embedding: Embedding
+    layers: list[DecoderLayer]
+    final_norm: np.ndarray
+    head: Linear
+    eps: float
+    inv_freq: np.ndarray
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+
+    @property
+    def hidden(self) -> int:
+        return int(self.final_norm.size)
+
+
+class _Graph:
+    """Indexes of one model: initializers, producers, consumers, nodes by module path."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        graph = model.graph
+        self.model = model
+        self.inits = {init.name: init for init in graph.initializer}
+        self.producers = {out: node for node in graph.node for out in node.output}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+        self.by_module: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            module = module_name(node)
+            if module is not None:
+                self.by_module.setdefault(module, []).append(node)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        init = self.inits.get(name)
+        if init is not None:
+            return numpy_helper.to_array(init)
+        producer = self.producers.get(name)
+        if producer is not None and producer.op_type == "Constant":
+            return numpy_helper.to_array(producer.attribute[0].t)
+        return None
+
+    def norm_weight(self, module: str) -> np.ndarray:
+        """The scale of an RMS norm: the 1-D constant its module multiplies by.
+
+        Found by structure, not by initializer name: the exporter shares identical constants
+        (two norms whose weights are all ones become one initializer under one name).
+        """
+        for node in self.by_module.get(module, []):
+            if node.op_type != "Mul":
+                continue
+            for name in node.input:
+                value = self.constant(name)
+                if value is not None and value.ndim == 1 and value.size > 1:
+                    return value
+        raise UnsupportedModelError(f"cannot find the weight of the norm '{module}'",
+                                    "compile --target npu works on any exported graph")
+
+    def initializer_ending(self, suffix: str) -> np.ndarray:
+        matches = [name for name in self.inits if name == suffix or name.endswith("." + suffix)]
+        if len(matches) != 1:
+            raise UnsupportedModelError(f"the graph has {len(matches)} initializers named like '{suffix}'",
+                                        "compile --target npu works on any exported graph")
+        return numpy_helper.to_array(self.inits[matches[0]])
+
+
+def _int_attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    value = attribute_value(node, name, default)
+    if not isinstance(value, int):
+        raise UnsupportedModelError(f"node '{node.name}' has a non-integer attribute {name}", "re-run quantize")
+    return value
+
+
+def _quantized(graph: _Graph, node: onnx.NodeProto) -> tuple[QuantWeight, np.ndarray | None]:
+    def array(index: int) -> np.ndarray | None:
+        if len(node.input) <= index or not node.input[index]:
+            return None
+        return graph.constant(node.input[index])
+
+    packed, scales = array(1), array(2)
+    if packed is None or scales is None:
+        raise UnsupportedModelError(f"MatMulNBits node '{node.name}' has non-constant weights", "re-run quantize")
+    quant = QuantWeight(packed=packed, scales=scales, zero_points=array(3), bits=_int_attr(node, "bits", 4),
+                        block_size=_int_attr(node, "block_size", 32),
+                        accuracy_level=_int_attr(node, "accuracy_level", 0))
+    input_scale = None
+    producer = graph.producers.get(node.input[0])
+    if producer is not None and producer.op_type == "Mul" and module_name(producer) == module_name(node):
+        input_scale = graph.constant(producer.input[1])
+    return quant, input_scale
+
+
+def _bias_after(graph: _Graph, output: str, n: int) -> np.ndarray | None:
+    for consumer in graph.consumers.get(output, []):
+        if consumer.op_type != "Add":
+            continue
+        other = consumer.input[1] if consumer.input[0] == output else consumer.input[0]
+        value = graph.constant(other)
+        if value is not None and value.shape == (n,):
+            return value
+    return None
+
+
+def read_linears(model: onnx.ModelProto) -> dict[str, Linear]:
+    """Every linear layer of the graph by module path (float MatMul or MatMulNBits)."""
+    graph = _Graph(model)
+    found: dict[str, Linear] = {}
+    for layer in find_layers(model):
+        if layer.op != "MatMul":
+            continue
+        found[layer.name] = Linear(layer.name, layer.K, layer.N, weight=load_weight(model, layer),
+                                   bias=_bias_after(graph, layer.output, layer.N))
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits" or node.domain != MS_DOMAIN:
+            continue
+        name = module_name(node)
+        if name is None:
+            raise UnsupportedModelError(f"MatMulNBits node '{node.name}' carries no module path",
+                                        "quantize the bundle with this specdec version")
+        quant, input_scale = _quantized(graph, node)
+        k, n = _int_attr(node, "K", 0), _int_attr(node, "N", 0)
+        bias = graph.constant(node.input[5]) if len(node.input) > 5 and node.input[5] else None
+        if bias is None:
+            bias = _bias_after(graph, node.output[0], n)
+        found[name] = Linear(name, k, n, quant=quant, bias=bias, input_scale=input_scale)
+    return found
+
+
+def _embedding(graph: _Graph) -> Embedding:
+    for node in graph.model.graph.node:
+        if "input_ids" not in node.input:
+            continue
+        if node.op_type == "Gather" and node.input[1] == "input_ids":
+            table = graph.constant(node.input[0])
+            if table is not None:
+                return Embedding(table=table)
+        if node.op_type == "GatherBlockQuantized" and node.input[1] == "input_ids":
+            inits = tuple(graph.inits[name] for name in node.input if name in graph.inits)
+            return Embedding(table=None, node=node, initializers=inits)
+    raise UnsupportedModelError("no token embedding lookup reads 'input_ids'", "compile --target npu instead")
+
+
+def _rms_eps(graph: _Graph, module: str) -> float:
+    for node in graph.by_module.get(module, []):
+        if node.op_type == "Add":
+            for name in node.input:
+                value = graph.constant(name)
+                if value is not None and value.size == 1:
+                    return float(value.reshape(-1)[0])
+    raise UnsupportedModelError(f"cannot find the epsilon of the RMS norm '{module}'", "compile --target npu instead")
+
+
+def read_decoder(model: onnx.ModelProto, *, num_kv_heads: int, head_dim: int, dtype: str) -> DecoderWeights:
+    """A Llama-family decoder (Llama, Mistral, Qwen2): RMS norms, rotary, SiLU-gated MLP."""
+    graph = _Graph(model)
+    linears = read_linears(model)
+    layers: list[DecoderLayer] = []
+    index = 0
+    while f"model.layers.{index}.self_attn.q_proj" in linears:
+        prefix = f"model.layers.{index}"
+        try:
+            parts = {name: linears[f"{prefix}.{path}"] for name, path in (
+                ("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"),
+                ("o", "self_attn.o_proj"), ("gate", "mlp.gate_proj"), ("up", "mlp.up_proj"),
+                ("down", "mlp.down_proj"))}
+        except KeyError as missing:
+            raise UnsupportedModelError(f"layer {index} has no linear layer {missing}",
+                                        "compile --target npu works on any exported graph") from None
+        layers.append(DecoderLayer(input_norm=graph.norm_weight(f"{prefix}.input_layernorm"),
+                                   post_norm=graph.norm_weight(f"{prefix}.post_attention_layernorm"), **parts))
+        index += 1
+    if not layers or "lm_head" not in linears:
+        raise UnsupportedModelError("the graph is not a Llama-family decoder (no model.layers.N.self_attn / lm_head)",
+                                    "compile --target npu works on any exported graph")
+    num_heads = layers[0].q.N // head_dim
+    return DecoderWeights(
+        embedding=_embedding(graph), layers=layers, final_norm=graph.norm_weight("model.norm"),
+        head=linears["lm_head"], eps=_rms_eps(graph, "model.layers.0.input_layernorm"),
+        inv_freq=graph.initializer_ending("rotary_emb.inv_freq").astype(np.float32), num_heads=num_heads,
+        num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=np.dtype(dtype),
+    )

@@ -1,0 +1,192 @@
+"""Hardware-aware tree planning (DESIGN §8 cost model): choose the tree that maximizes tokens/s.
+
+Round time = draft levels + target verify of the tree's n nodes + host work; tokens per round =
+1 + accepted drafts. Both are measured on the device, not assumed:
+
+- `CostCurve`: the target's verify time c(n) for a tree of n nodes, measured at several n and
+  interpolated (the curve is flat while the matmuls are memory-bound and turns linear once they
+  are compute-bound, so a straight line fits it badly; the linear fit is still reported).
+- `CalibrationRound`: one speculative round run with a generous tree (budget, depth). The
+  drafter's best-first selection is prefix-consistent — the tree of budget n is the first n
+  nodes of the tree of any larger budget, and the tree of depth D is that order restricted to
+  depth <= D — and a restricted tree accepts exactly the prefix of the full tree's accepted path
+  that it contains. So one calibration pass gives the expected accepted length E(n, D) for every
+  smaller tree, counterfactually and without a model of the draft. Each round also records the
+  time of every draft level and of the host's pruning per level, so a smaller tree's draft and
+  host cost is known too.
+- `plan`: maximize E(n, D) * plain_step / (draft(D) + host(D) + c(n)) over the candidate trees;
+  if nothing beats plain decoding by `min_gain` (5 %), plan plain decoding.
+
+Pure numpy-free Python on purpose: it runs on the host (`specdec tune`) and inside the device
+runner (bench tunes during its warm-up), where only the standard library is guaranteed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+MIN_GAIN = 1.05  # plan plain decoding unless speculation is predicted at least 5 % faster
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Measured milliseconds by size, interpolated piecewise-linearly (extrapolated by the last slope)."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.points:
+            raise ValueError("a cost curve needs at least one measured point")
+        ordered = tuple(sorted((int(n), float(ms)) for n, ms in self.points))
+        object.__setattr__(self, "points", ordered)
+
+    def __call__(self, n: float) -> float:
+        xs = [p[0] for p in self.points]
+        ys = [p[1] for p in self.points]
+        if len(xs) == 1:
+            return ys[0]
+        index = bisect.bisect_left(xs, n)
+        if index < len(xs) and xs[index] == n:
+            return ys[index]
+        lo = min(max(index - 1, 0), len(xs) - 2)
+        x0, x1, y0, y1 = xs[lo], xs[lo + 1], ys[lo], ys[lo + 1]
+        return y0 + (y1 - y0) * (n - x0) / (x1 - x0)
+
+    def linear_fit(self) -> tuple[float, float, float]:
+        """(intercept ms, ms per node, worst relative residual) of a least-squares line."""
+        xs = [float(p[0]) for p in self.points]
+        ys = [p[1] for p in self.points]
+        count = len(xs)
+        mean_x, mean_y = sum(xs) / count, sum(ys) / count
+        var = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+        intercept = mean_y - slope * mean_x
+        worst = max(abs(intercept + slope * x - y) / y for x, y in zip(xs, ys, strict=True) if y > 0) if ys else 0.0
+        return intercept, slope, worst
+
+    def as_dict(self) -> dict[str, object]:
+        intercept, slope, residual = self.linear_fit()
+        return {"points": [list(p) for p in self.points], "fit_intercept_ms": round(intercept, 4),
+                "fit_ms_per_node": round(slope, 4), "fit_max_residual": round(residual, 4)}
+
+
+@dataclass(frozen=True)
+class CalibrationRound:
+    """One speculative round of a calibration pass (see the module docstring)."""
+
+    order_depths: tuple[int, ...]  # depth of each selected non-root node, in best-first order
+    path_positions: tuple[int, ...]  # best-first positions of the accepted path's nodes (depth 1, 2, ...)
+    path_ranks: tuple[int, ...]  # each accepted node's rank among its siblings (0 = the draft's favourite)
+    draft_ms: tuple[float, ...]  # time of each draft forward (level 0 = pending + root)
+    prune_ms: tuple[float, ...]  # host pruning after each draft forward
+    rest_ms: float  # the round's other host work (selection, verify glue, commit)
+
+    def accepted(self, budget: int, depth: int) -> int:
+        """Drafts accepted had the tree been cut to `budget` nodes (root included) and `depth` levels."""
+        kept: set[int] = set()
+        for position, node_depth in enumerate(self.order_depths):
+            if len(kept) >= budget - 1:
+                break
+            if node_depth <= depth:
+                kept.add(position)
+        accepted = 0
+        for position in self.path_positions:
+            if position not in kept:
+                break
+            accepted += 1
+        return accepted
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration pass of one drafter configuration (width = frontier expanded per level)."""
+
+    drafter: str
+    width: int
+    max_budget: int
+    max_depth: int
+    rounds: tuple[CalibrationRound, ...]
+
+    def expected_tokens(self, budget: int, depth: int) -> float:
+        if not self.rounds:
+            return 1.0
+        return 1.0 + sum(r.accepted(budget, depth) for r in self.rounds) / len(self.rounds)
+
+    def draft_and_host_ms(self, depth: int) -> float:
+        """Mean draft + pruning time of the first `depth` levels, plus the other host work."""
+        if not self.rounds:
+            return 0.0
+        total = 0.0
+        for r in self.rounds:
+            levels = min(depth, len(r.draft_ms))
+            total += sum(r.draft_ms[:levels]) + sum(r.prune_ms[:levels]) + r.rest_ms
+        return total / len(self.rounds)
+
+    def acceptance_profile(self, max_rank: int = 8) -> dict[int, list[float]]:
+        """profile[d][k]: P(the k-th ranked child at depth d is accepted | its parent was accepted).
+
+        Estimated over the calibration rounds whose accepted path reached depth d - 1 (Sequoia's
+        positional acceptance vector, per depth).
+        """
+        profile: dict[int, list[float]] = {}
+        for depth in range(1, self.max_depth + 1):
+            reached = [r for r in self.rounds if len(r.path_ranks) >= depth - 1]
+            if not reached:
+                break
+            counts = [0] * max_rank
+            for r in reached:
+                if len(r.path_ranks) >= depth and r.path_ranks[depth - 1] < max_rank:
+                    counts[r.path_ranks[depth - 1]] += 1
+            profile[depth] = [round(c / len(reached), 4) for c in counts]
+        return profile
+
+
+@dataclass(frozen=True)
+class TreeChoice:
+    drafter: str
+    budget: int  # nodes verified per round, root included; 1 = plain decoding
+    depth: int
+    width: int
+    expected_tokens: float  # per round
+    round_ms: float
+    predicted_speedup: float
+
+    @property
+    def speculative(self) -> bool:
+        return self.budget > 1
+
+
+@dataclass
+class Plan:
+    choice: TreeChoice
+    plain_step_ms: float
+    candidates: list[TreeChoice] = field(default_factory=list)  # the best few, for the report
+
+    def as_dict(self) -> dict[str, object]:
+        return {"choice": self.choice.__dict__, "plain_step_ms": round(self.plain_step_ms, 4),
+                "candidates": [c.__dict__ for c in self.candidates]}
+
+
+def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step_ms: float, *,
+              budgets: Iterable[int] | None = None, min_gain: float = MIN_GAIN, keep: int = 8) -> Plan:
+    """The tree maximizing predicted tokens/s; plain decoding unless it wins by `min_gain`."""
+    if plain_step_ms <= 0:
+        raise ValueError("the plain step time must be positive")
+    choices: list[TreeChoice] = []
+    for calibration in calibrations:
+        sizes = sorted({b for b in (budgets or range(2, calibration.max_budget + 1))
+                        if 2 <= b <= calibration.max_budget})
+        for depth in range(1, calibration.max_depth + 1):
+            fixed = calibration.draft_and_host_ms(depth)
+            for budget in sizes:
+                tokens = calibration.expected_tokens(budget, depth)
+                round_ms = fixed + verify(budget)
+                speedup = tokens * plain_step_ms / round_ms
+                choices.append(TreeChoice(calibration.drafter, budget, depth, calibration.width,
+                                          round(tokens, 4), round(round_ms, 4), round(speedup, 4)))
+    choices.sort(key=lambda c: (-c.predicted_speedup, c.budget, c.depth))
+    plain = TreeChoice("none", 1, 0, 0, 1.0, round(plain_step_ms, 4), 1.0)
+    best = choices[0] if choices and choices[0].predicted_speedup >= min_gain else plain
+    return Plan(best, plain_step_ms, choices[:keep])

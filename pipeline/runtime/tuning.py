@@ -1,0 +1,179 @@
+"""Measure a device's cost curve and a bundle's acceptance, then plan the tree (issue: hardware-aware).
+
+Runs where the engine runs (this machine for `specdec tune --device local`, the phone inside the
+bench runner), torch-free:
+
+1. plain decoding of the calibration prompts gives the plain step time (host work included);
+2. the target's verify time c(n) is timed for trees of n nodes at the calibration context;
+3. one calibration pass per drafter width decodes the prompts speculatively with a generous tree
+   and records every round the planner needs (planner.CalibrationRound);
+4. planner.plan_tree picks the tree, or plain decoding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.runtime.planner import Calibration, CalibrationRound, CostCurve, Plan, plan_tree
+from specdec.pipeline.runtime.rng import Randomness
+from specdec.pipeline.runtime.runner import causal, no_scratch
+from specdec.pipeline.runtime.stats import DRAFT, PRUNE, VERIFY, RoundStats
+from specdec.pipeline.runtime.tree import ancestor_matrix
+
+log = logging.getLogger(__name__)
+
+VERIFY_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    widths: tuple[int, ...] = (1, 2, 4)
+    max_budget: int = 32
+    max_depth: int = 6
+    max_new_tokens: int = 48
+    repeats: int = 5  # timing repetitions per verify size (median)
+
+
+@dataclass
+class TuneResult:
+    plan: Plan
+    verify: CostCurve
+    plain_step_ms: float
+    calibrations: list[Calibration]
+    context: int
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "plan": self.plan.as_dict(), "verify_cost": self.verify.as_dict(),
+            "plain_step_ms": round(self.plain_step_ms, 4), "context": self.context,
+            "tune_seconds": round(self.seconds, 2), "notes": self.notes,
+            "calibration": [{"drafter": c.drafter, "width": c.width, "max_budget": c.max_budget,
+                             "max_depth": c.max_depth, "rounds": len(c.rounds),
+                             "acceptance_profile": c.acceptance_profile()} for c in self.calibrations],
+        }
+
+
+def calibration_round(stats: RoundStats) -> CalibrationRound:
+    """The planner's view of one measured speculative round."""
+    draft: list[float] = []
+    prune: list[float] = []
+    prune_slices = [s for s in stats.slices if s.stage == PRUNE]
+    last_prune = prune_slices[-1] if prune_slices else None
+    for piece in stats.slices:
+        if piece.stage == DRAFT:
+            draft.append(piece.duration_ns / 1e6)
+            prune.append(0.0)
+        elif piece.stage == PRUNE and draft and piece is not last_prune:
+            prune[-1] += piece.duration_ns / 1e6
+    # everything that is not a draft forward, its pruning or the verify call (selection included)
+    rest = (stats.wall_ns - stats.stage_ns(VERIFY)) / 1e6 - sum(draft) - sum(prune)
+    return CalibrationRound(order_depths=tuple(stats.order_depths), path_positions=tuple(stats.path_positions),
+                            path_ranks=tuple(stats.path_ranks), draft_ms=tuple(draft), prune_ms=tuple(prune),
+                            rest_ms=max(rest, 0.0))
+
+
+def plain_step_ms(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig) -> float:
+    """Milliseconds per plainly decoded token, prefill excluded (the baseline the plan must beat)."""
+    plain = dataclasses.replace(config, speculative=False)
+    total_ns = tokens = 0
+    for prompt in prompts:
+        reply = engine.generate(prompt, plain)
+        total_ns += sum(r.wall_ns for r in reply.rounds)
+        tokens += sum(r.accepted_len for r in reply.rounds)
+    if not tokens:
+        raise ValueError("calibration produced no tokens")
+    return total_ns / tokens / 1e6
+
+
+def verify_cost(engine: Engine, context: list[int], config: DecodeConfig, sizes: Sequence[int],
+                repeats: int) -> CostCurve:
+    """Target verify time for trees of each size on `context` (the call the engine makes)."""
+    target = engine.target
+    rand = Randomness(config.seed)
+    points = []
+    for size in sizes:
+        parents = np.array([-1] + [(i - 1) // 2 for i in range(1, size)], np.int64)  # a binary tree
+        depths = np.zeros(size, np.int64)
+        for node in range(1, size):
+            depths[node] = depths[parents[node]] + 1
+        visible = ancestor_matrix(parents)
+        tokens = np.resize(np.asarray(context[-size:], np.int64), size)
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter_ns()
+            if engine.target.has_verify:
+                target.forward(tokens, target.length + depths, no_scratch(size), visible,
+                               extra_inputs=engine.verify_inputs(parents, depths, config, rand, 0),
+                               extra_outputs=("accepted", "accepted_len", "next_token"), with_logits=False)
+            else:
+                target.forward(tokens, target.length + depths, no_scratch(size), visible)
+            samples.append(time.perf_counter_ns() - start)
+            target.commit([])
+        points.append((size, statistics.median(samples) / 1e6))
+    return CostCurve(tuple(points))
+
+
+def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, settings: TuneSettings | None = None,
+         budgets: Sequence[int] | None = None, on_step: Callable[[str], None] | None = None) -> TuneResult:
+    """Measure and plan; `budgets` limits tree sizes (a compiled bundle's buckets)."""
+    settings = settings or TuneSettings()
+    step = on_step or (lambda text: None)
+    started = time.perf_counter()
+    base = dataclasses.replace(config, max_new_tokens=settings.max_new_tokens, depth=settings.max_depth)
+    step("timing plain decoding")
+    plain_ms = plain_step_ms(engine, prompts, base)
+    max_budget = min(settings.max_budget, max(budgets) if budgets else settings.max_budget)
+    context = list(prompts[0]) + list(range(1, settings.max_new_tokens // 2))
+    step("timing target verification by tree size")
+    engine.target.reset()
+    prefill = np.asarray(context, np.int64)
+    engine.target.forward(prefill, np.arange(prefill.size), no_scratch(prefill.size), causal(prefill.size))
+    engine.target.commit(np.arange(prefill.size))
+    sizes = sorted({s for s in (budgets or VERIFY_SIZES) if s <= max(max_budget, 1)} | {1})
+    verify = verify_cost(engine, context, base, sizes, settings.repeats)
+    calibrations: list[Calibration] = []
+    notes: list[str] = []
+    if engine.drafter is not None:
+        for width in settings.widths:
+            step(f"calibrating acceptance (width {width})")
+            wide = dataclasses.replace(base, tree_budget=max_budget, width=width)
+            rounds = [calibration_round(r) for prompt in prompts
+                      for r in engine.generate(prompt, wide).speculative_rounds]
+            calibrations.append(Calibration("model", width, max_budget, settings.max_depth, tuple(rounds)))
+    else:
+        notes.append("the bundle has no draft graph: plain decoding")
+    plan = plan_tree(calibrations, verify, plain_ms, budgets=budgets)
+    return TuneResult(plan, verify, plain_ms, calibrations, len(context), time.perf_counter() - started, notes)
+
+
+def apply_choice(config: DecodeConfig, choice: dict[str, object], pinned: frozenset[str] = frozenset()) -> DecodeConfig:
+    """`config` with a plan's tree, except the fields the user fixed (`pinned`: tree_budget/depth/width).
+
+    A plan of plain decoding turns speculation off unless the user fixed a tree field.
+    """
+    budget = int(choice["budget"])  # type: ignore[call-overload]
+    if budget <= 1:
+        return config if pinned else dataclasses.replace(config, speculative=False)
+    fields = {"tree_budget": budget, "depth": int(choice["depth"]), "width": int(choice["width"])}  # type: ignore[call-overload]
+    return dataclasses.replace(config, **{k: v for k, v in fields.items() if k not in pinned})
+
+
+def settings_from_spec(spec: dict[str, object]) -> TuneSettings:
+    """TuneSettings from the JSON a host sends (unknown keys are errors)."""
+    known = {f.name for f in dataclasses.fields(TuneSettings)}
+    unknown = set(spec) - known
+    if unknown:
+        raise ValueError(f"unknown tune settings: {', '.join(sorted(unknown))}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
+    return TuneSettings(**values)  # type: ignore[arg-type]
