@@ -42,3 +42,17 @@ def prompts(count: int = 8) -> list[str]:
     path = default_prompts_file()
     texts = [p.text or "" for p in load_prompts(path)] if path else [text for _, text in FALLBACK]
     return texts[:count]
+
+
+def realistic_pair() -> tuple[Path, Path]:
+    """The compute-realistic target (benchmarks/realistic.py) and the demo draft, as checkpoints."""
+    from realistic import write_pair
+
+    return write_pair(CACHE / "realistic")
+
+
+def realistic_bundle() -> Bundle:
+    """The compute-realistic pair exported (cached)."""
+    target, draft = realistic_pair()
+    out = CACHE / "realistic-export"
+    return cached(out, lambda: export_bundle(ExportConfig(target=str(target), draft=str(draft), output=out)))
