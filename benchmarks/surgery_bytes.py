@@ -15,7 +15,8 @@ import statistics
 
 from common import CACHE, cached, demo_bundle, prompts
 
-from specdec.pipeline.generate import Generator, PromptItem
+from specdec.pipeline.generate import Generator
+from specdec.pipeline.prompts import PromptItem
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.stats import ACCEPT, DRAFT, PRUNE, VERIFY
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle

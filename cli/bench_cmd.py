@@ -6,41 +6,14 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.table import Table
 
-from specdec.cli.console import RichProgress, err, out
-from specdec.pipeline.bench.controls import parse_controllers
-from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
+from specdec.cli.console import RichProgress
+from specdec.cli.render import report_outcome
+from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.errors import DeviceLostError, GateFailedError
 from specdec.pipeline.profiles import Transport
 from specdec.pipeline.runtime.config import VerifyMode
-
-
-def _fmt(value: Any, unit: str = "") -> str:
-    return "—" if value is None else f"{value:.3g}{unit}" if isinstance(value, float) else f"{value}{unit}"
-
-
-def results_table(results: dict[str, Any]) -> Table:
-    f = results["figures"]
-    details = results["details"]
-    table = Table(title=f"bench on {results['device']['model']} ({results['device']['serial']})",
-                  title_justify="left")
-    table.add_column("figure")
-    table.add_column("plain", justify="right")
-    table.add_column("speculative", justify="right")
-    table.add_row("tokens/s", _fmt(f["plain_tokens_per_s"]), _fmt(f["tokens_per_s"]))
-    table.add_row("reply latency ms", _fmt(details["reply_ms"].get("plain")), _fmt(f["reply_ms"]))
-    table.add_row("TTFT ms", _fmt(details["ttft_ms"]["plain"].get("mean")), _fmt(f["ttft_ms"]))
-    table.add_row("energy / token mJ", _fmt(f["plain_energy_per_token_mj"]), _fmt(f["energy_per_token_mj"]))
-    table.add_row("speedup (measured | predicted)", "", f"{_fmt(f['speedup'])} | {_fmt(f['predicted_speedup'])}")
-    table.add_row("mean accepted length | α", "", f"{_fmt(f['mean_accepted_len'])} | {_fmt(f['acceptance_rate'])}")
-    table.add_row("draft/target cost r | call overhead ms", "",
-                  f"{_fmt(f['cost_ratio_r'])} | {_fmt(f['fixed_call_ms'])}")
-    lossless = results["lossless"]
-    table.add_row("lossless", "", "identical" if lossless["equal"] else "not compared" if not lossless["checked"]
-                  else f"{len(lossless['mismatches'])} differ")
-    return table
+from specdec.pipeline.settings import parse_controllers
 
 
 def bench(
@@ -90,21 +63,3 @@ def bench(
 
         outcome = run_bench(config, source, on_event=on_event)
     report_outcome(outcome)
-
-
-def report_outcome(outcome: BenchOutcome) -> None:
-    results = outcome.results
-    out.print(results_table(results))
-    for warning in results["warnings"]:
-        err.print(f"[yellow]warning[/]: {warning}")
-    for gate in outcome.gates:
-        err.print(f"{'[green]pass[/]' if gate.passed else '[red]FAIL[/]'} {gate.gate}: {gate.message}")
-    err.print(f"wrote [bold]{outcome.output}[/] (results.json, summary.md, trace.json, plots)")
-    if results["partial"]:
-        raise DeviceLostError(f"partial results: {results['partial_reason']}",
-                              f"what was measured before is in {outcome.output}")
-    failed = outcome.failed_gates
-    if failed:
-        first = failed[0]
-        raise GateFailedError(f"gate '{first.gate}' failed: {first.message}",
-                              f"{len(failed)} of {len(outcome.gates)} gates failed; see {outcome.output}/summary.md")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from specdec.cli.console import RichProgress, err
-from specdec.cli.inspect_cmd import human_bytes
+from specdec.cli.render import readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
 from specdec.pipeline.errors import InputError
@@ -22,20 +21,6 @@ def parse_sizes(text: str | None, option: str) -> tuple[int, ...] | None:
     except ValueError:
         raise InputError(f"{option} '{text}' is not a comma-separated list of integers",
                          f"pass e.g. {option} 8,24,48,96") from None
-
-
-def readiness_table(readiness: dict[str, dict]) -> Table:  # type: ignore[type-arg]
-    table = Table(title="mobile readiness (share of nodes each provider could take)", title_justify="left")
-    for column in ("variant", "size", "dynamic dims", "NNAPI", "CoreML", "XNNPACK / QNN", "op types"):
-        table.add_column(column)
-    for name, report in readiness.items():
-        cells = []
-        for provider in ("NNAPI", "CoreML"):
-            info = report["providers"][provider]
-            cells.append(f"{info['share']:.0%} in {info['partitions']} part." if "share" in info else info["status"])
-        table.add_row(name, human_bytes(report["bytes"]), ", ".join(report["dynamic_dims"]) or "none", *cells,
-                      "not checked here", str(len(report["op_types"])))
-    return table
 
 
 def compile_(

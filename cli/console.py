@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -54,8 +55,37 @@ def setup_logging(verbose: bool) -> None:
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
+# Config keys whose CLI parameter has another name (most are the same: max_new_tokens).
+_KEY_PARAMS = {"asserts": "assertion", "max_regression_pct": "max_regression", "format": "output_format"}
+
+
+def command_flags(command: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name -> long flag of a Typer command function (`max_new_tokens` -> `--max-new-tokens`)."""
+    flags: dict[str, str] = {}
+    for name, parameter in inspect.signature(command).parameters.items():
+        info = parameter.default
+        if not isinstance(info, typer.models.OptionInfo):
+            continue
+        decls = [d.split("/")[0] for d in (info.param_decls or ()) if d.startswith("--")]
+        flags[name] = decls[0] if decls else "--" + name.replace("_", "-")
+    return flags
+
+
+def error_line(exc: SpecdecError, flags: Mapping[str, str] | None = None) -> str:
+    """The error's one line, with the settings it names written as the command's flags.
+
+    Library code names settings by config key (what a pipeline YAML says, see pipeline/errors.py);
+    a user of a command typed flags, so `max_new_tokens must be at least 1` becomes
+    `--max-new-tokens must be at least 1`. Keys the command has no flag for stay keys.
+    """
+    table = flags or {}
+    return exc.one_line(lambda key: table.get(_KEY_PARAMS.get(key, key)))
+
+
 def guarded(command: F) -> F:
     """Map SpecdecError to one line on stderr and its exit code; Ctrl-C to exit 130."""
+
+    flags = command_flags(command)
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -64,7 +94,7 @@ def guarded(command: F) -> F:
         except SpecdecError as exc:
             if debug_enabled():
                 err.print(traceback.format_exc(), markup=False, highlight=False)
-            err.print(f"[bold red]error:[/] {exc.one_line()}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {error_line(exc, flags)}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: partial output was removed")

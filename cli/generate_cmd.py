@@ -9,18 +9,13 @@ import typer
 from rich.table import Table
 
 from specdec.cli.console import RichProgress, err, out
-from specdec.pipeline.bench.controls import parse_controllers
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.generate import (
-    Generator,
-    PromptItem,
-    host_controllers,
-    load_prompts,
-    scenario_config,
-    write_jsonl,
-)
-from specdec.pipeline.profiles import load_scenario
-from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
+from specdec.pipeline.generate import Generator, decode_settings, host_controllers
+from specdec.pipeline.profiles import load_device, load_scenario
+from specdec.pipeline.prompts import PromptItem, load_prompts, write_jsonl
+from specdec.pipeline.runtime.config import VerifyMode
+from specdec.pipeline.runtime.manifest import read_bundle
+from specdec.pipeline.settings import parse_controllers
 
 
 def _stats_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
@@ -47,9 +42,12 @@ def generate(
     top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1 disables)."),
     seed: int = typer.Option(0, help="Seed of the Philox generator (reproducible across machines)."),
     mode: VerifyMode = typer.Option(None, help="Verification: greedy (temperature 0), match or rrs (sampling)."),
-    tree_budget: int = typer.Option(16, "--tree-budget", help="Tree nodes verified per round, root included."),
-    depth: int = typer.Option(None, help="Draft tree depth limit (6, or the scenario's)."),
-    width: int = typer.Option(None, help="Frontier nodes the draft expands per level (4, or the scenario's)."),
+    tree_budget: int = typer.Option(None, "--tree-budget",
+                                    help="Tree nodes verified per round, root included (profile's: 16 on local-cpu)."),
+    depth: int = typer.Option(None, help="Draft tree depth limit (the scenario's or profile's: 6 on local-cpu)."),
+    width: int = typer.Option(None, help="Frontier nodes the draft expands per level (scenario's or profile's: 4)."),
+    profile: str = typer.Option("local-cpu", "--profile",
+                                help="Device profile for the tree limits and controllers (name or YAML path)."),
     scenario: str = typer.Option(None, "--scenario", help="Prune template: code, chat, creative, knowledge (or YAML)."),
     controllers: str = typer.Option("none", "--controllers",
                                     help="Adaptive controllers: all, none, or beta,width,fallback,thermal."),
@@ -64,11 +62,16 @@ def generate(
     if prompts is not None and output is None:
         raise InputError("--prompts needs --output FILE.jsonl", "say where the replies go")
     template = load_scenario(scenario) if scenario else None
-    config = scenario_config(DecodeConfig(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-                                          top_p=top_p, seed=seed, mode=mode, speculative=not no_speculation,
-                                          tree_budget=tree_budget), template, depth, width)
-    controller = host_controllers(parse_controllers(controllers), template, config.prune.beta_base)
-    generator = Generator(bundle, threads=threads)
+    device = load_device(profile)
+    info = read_bundle(bundle)
+    settings = decode_settings(info, {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
+                                      "top_p": top_p, "seed": seed, "mode": mode, "speculative": not no_speculation,
+                                      "tree_budget": tree_budget, "depth": depth, "width": width}, device, template)
+    config = settings.config
+    for note in settings.notes:
+        err.print(f"[yellow]warning[/]: {note}")
+    controller = host_controllers(parse_controllers(controllers), device, template, config.prune.beta_base)
+    generator = Generator(info, threads=threads)
     rows: list[tuple[str, dict[str, Any]]] = []
     if prompt is not None:
         out.print(prompt, end="", style="dim", highlight=False)
@@ -93,3 +96,4 @@ def generate(
         err.print(f"wrote {len(records)} replies to [bold]{output}[/]")
     if stats:
         err.print(_stats_table(rows))
+        err.print(f"settings: {settings.describe()}", highlight=False)

@@ -10,17 +10,10 @@ import typer
 from rich.table import Table
 
 from specdec.cli.console import out
+from specdec.cli.render import human_bytes, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.summary import summarize
-
-
-def human_bytes(size: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024 or unit == "GB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
-    return f"{size:.1f} GB"
 
 
 def _shape(shape: list[Any]) -> str:
@@ -79,8 +72,6 @@ def inspect(
         if as_json:
             out.print_json(json.dumps(report))
         else:
-            from specdec.cli.compile_cmd import readiness_table
-
             out.print(readiness_table(report))
         return
     summary = summarize(loaded)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from specdec.cli.bench_cmd import report_outcome
 from specdec.cli.console import RichProgress, err
+from specdec.cli.render import report_outcome
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.chain import load_config, run_pipeline
 
@@ -18,13 +18,9 @@ def pipeline(
     no_bench: bool = typer.Option(False, "--no-bench", help="Stop after compile."),
 ) -> None:
     """Run export -> surgery -> quantize -> compile -> bench, reusing stages whose inputs did not change."""
-    config = load_config(config_file)
-    updates: dict[str, object] = {}
-    if output is not None:
-        updates["output"] = output
+    config = load_config(config_file, output=output)
     if no_bench:
-        updates["bench"] = config.bench.model_copy(update={"enabled": False})
-    config = config.model_copy(update=updates)
+        config = config.without("bench")
     err.print(f"pipeline: {config.target} → {config.output}")
 
     def report(stage: str, bundle: Bundle, reused: bool) -> None:

@@ -11,6 +11,7 @@ from rich.table import Table
 from specdec.cli.console import RichProgress, err
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+from specdec.pipeline.records.manifest import Quantization
 
 
 def _mb(size: float) -> str:
@@ -22,16 +23,16 @@ def _delta(before: float, after: float, digits: int = 3) -> tuple[str, str, str]
     return f"{before:.{digits}f}", f"{after:.{digits}f}", change
 
 
-def report_table(report: dict[str, Any], quantization: dict[str, Any]) -> Table:
+def report_table(report: dict[str, Any], quantization: Quantization) -> Table:
     table = Table(title="quantization quality (measured, same data before and after)", title_justify="left")
     for column, justify in (("graph", "left"), ("figure", "left"), ("before", "right"), ("after", "right"),
                             ("change", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for role, g in report["graphs"].items():
-        q = quantization["graphs"][role]
-        summary = q["summary"]
-        tables = sorted({f"int{r['bits']}" if r["bits"] != "float" else "float" for r in q["embeddings"].values()})
-        label = (f"{role} ({q['method']}, {summary['int4']}×int4 {summary['int8']}×int8 {summary['float']}×float; "
+        q = quantization.graphs[role]
+        summary = q.summary
+        tables = sorted({"float" if r.is_float else f"int{r.bits}" for r in q.embeddings.values()})
+        label = (f"{role} ({q.method}, {summary['int4']}×int4 {summary['int8']}×int8 {summary['float']}×float; "
                  f"embeddings {'/'.join(tables) or 'none'})")
         ratio = f"×{g['size_ratio']:.2f}"
         table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)

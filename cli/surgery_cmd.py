@@ -8,19 +8,21 @@ import typer
 
 from specdec.cli.console import RichProgress, err
 from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.runtime.config import PruneParams
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 
 def surgery(
     bundle: Path = typer.Argument(..., help="Bundle written by `specdec export`."),
     output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write."),
-    max_k: int = typer.Option(8, "--max-k", min=1, help="Candidates per node DynamicTreePrune can keep (fixed)."),
+    max_k: int = typer.Option(PruneParams.max_k, "--max-k", min=1,
+                              help="Candidates per node DynamicTreePrune can keep (fixed)."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Insert DynamicTreePrune and BlockSparseVerify (com.endpoint.ai) as ONNX functions."""
     result = surgery_bundle(SurgeryConfig(output=output, max_k=max_k, force=force), Bundle.load(bundle),
                            progress=RichProgress())
-    ops = result.manifest.custom_ops or {}
-    placed = ", ".join(f"{record['op']} → {role}" for role, record in ops.get("graphs", {}).items())
+    ops = result.manifest.custom_ops
+    placed = ", ".join(f"{record.op} → {role}" for role, record in (ops.graphs if ops else {}).items())
     err.print(f"[green]validated[/]: {placed} match their numpy references")
     err.print(f"wrote [bold]{result.path}[/]; stock onnxruntime runs it, no custom-op library needed")

@@ -20,32 +20,43 @@ import tempfile
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic import ValidationError as PydanticValidationError
+from pydantic import Field, PlainSerializer, PlainValidator, SerializerFunctionWrapHandler, model_serializer
 
 from specdec import __version__
 from specdec.pipeline.errors import BundleError, InputError
+from specdec.pipeline.graph_io import sha256_file
+from specdec.pipeline.models import StrictModel, validate_model
+from specdec.pipeline.records import codec
+from specdec.pipeline.records.manifest import (
+    MANIFEST_NAME,
+    MANIFEST_SCHEMA,
+    BucketTable,
+    CustomOps,
+    Quantization,
+    TensorSpec,
+)
+from specdec.pipeline.records.plan import TunePlan
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
-MANIFEST_NAME = "manifest.json"
+SCHEMA_VERSION = MANIFEST_SCHEMA
 CUSTOM_OP_DOMAIN = "com.endpoint.ai"
-_HASH_CHUNK = 1 << 20
+
+__all__ = ["MANIFEST_NAME", "SCHEMA_VERSION", "Bundle", "BundleWriter", "FileEntry", "GraphSpec", "LineageEntry",
+           "Manifest", "StagedDirectory", "StrictModel", "TensorSpec", "TokenizerSpec", "check_output_path",
+           "fingerprint", "input_digests", "sha256_file"]
 
 
-class StrictModel(BaseModel):
-    """Base for every on-disk record: unknown keys are errors, not silently dropped."""
+# Fields holding stdlib records (records/) are validated and dumped by records.codec, the reader
+# the device runtime uses too, so host and device accept exactly the same JSON.
+def _parsed(tp: Any) -> PlainValidator:
+    return PlainValidator(lambda value: codec.parse(tp, value))
 
-    model_config = ConfigDict(extra="forbid", frozen=False)
 
-
-class TensorSpec(StrictModel):
-    name: str
-    dtype: str
-    shape: list[int | str]
+_DUMPED = PlainSerializer(codec.dump)
+Tensors = Annotated[list[TensorSpec], _parsed(list[TensorSpec]), _DUMPED]
 
 
 class GraphSpec(StrictModel):
@@ -58,8 +69,8 @@ class GraphSpec(StrictModel):
     head_dim: int
     vocab_size: int
     max_position_embeddings: int
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
+    inputs: Tensors
+    outputs: Tensors
     parameters: int = 0
 
 
@@ -95,22 +106,23 @@ class Manifest(StrictModel):
     lineage: list[LineageEntry] = Field(default_factory=list)
     # Stage reports (validation results, quantization quality, ...) keyed by stage name.
     reports: dict[str, Any] = Field(default_factory=dict)
-    custom_ops: dict[str, Any] | None = None
-    quantization: dict[str, Any] | None = None
-    buckets: dict[str, Any] | None = None
+    custom_ops: Annotated[CustomOps | None, _parsed(CustomOps | None), _DUMPED] = None  # surgery
+    quantization: Annotated[Quantization | None, _parsed(Quantization | None), _DUMPED] = None  # quantize
+    buckets: Annotated[BucketTable | None, _parsed(BucketTable | None), _DUMPED] = None  # compile: dispatch table
+    # The planner's tuned plan (records/plan.py); left out of manifest.json while None.
+    plan: Annotated[TunePlan | None, _parsed(TunePlan | None), _DUMPED] = None
+
+    @model_serializer(mode="wrap")
+    def _without_empty_plan(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("plan") is None:
+            data.pop("plan", None)
+        return data
 
     @property
     def fingerprint(self) -> str:
         """The last stage's fingerprint: equal fingerprints mean equal inputs and config."""
         return self.lineage[-1].fingerprint if self.lineage else ""
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(_HASH_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def fingerprint(stage: str, config: dict[str, Any], inputs: dict[str, str]) -> str:
@@ -156,14 +168,8 @@ class Bundle:
                 f"bundle '{root}' was written by a newer specdec (schema {version}, this is {SCHEMA_VERSION})",
                 "upgrade specdec to read it",
             )
-        try:
-            manifest = Manifest.model_validate(raw)
-        except PydanticValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise BundleError(
-                f"{manifest_path} is invalid at '{where}': {first['msg']}", "re-create the bundle"
-            ) from exc
+        manifest = validate_model(Manifest, raw, source=f"{manifest_path} is invalid", fix="re-create the bundle",
+                                  error=BundleError)
         bundle = cls(root, manifest)
         if verify:
             bundle.verify()

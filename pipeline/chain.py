@@ -3,102 +3,79 @@
 Each stage writes `OUTPUT/NN-stage/`; a stage whose output already holds the fingerprint this
 run would write (same inputs, same config, same specdec) is reused instead of rebuilt. With no
 file, the built-in demo pair runs on the local device.
+
+The YAML's stage sections ARE the stage configs: a section takes exactly the fields and defaults
+of ExportConfig, SurgeryConfig, QuantizeConfig, CompileConfig or BenchConfig, validated by
+`records.codec` (unknown keys are errors, choices are enums) and by the config's own checks,
+plus `enabled` (all but export). What the chain decides itself is not a section key: `output`
+and `force` of every stage, export's `target`/`draft` and the `profile` of compile and bench
+(top-level keys). Two pipeline defaults differ from the commands' and are listed in
+`PIPELINE_DEFAULTS`: the articles' pairing (AWQ target, GPTQ draft) and 8 bench prompts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field
-from pydantic import ValidationError as PydanticValidationError
 
 from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
-from specdec.pipeline.bundle import Bundle, StrictModel, fingerprint, input_digests
-from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
+from specdec.pipeline.bundle import Bundle, fingerprint, input_digests
+from specdec.pipeline.compile import CompileConfig, compile_bundle
 from specdec.pipeline.errors import BundleError, InputError
-from specdec.pipeline.export import DType, ExportConfig, export_bundle
+from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.export import checkpoint as ckpt
-from specdec.pipeline.profiles import Transport
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.quantize.config import Method, QuantizeConfig
+from specdec.pipeline.quantize.config import QuantizeConfig
 from specdec.pipeline.quantize.stage import quantize_bundle
-from specdec.pipeline.runtime.config import VerifyMode
+from specdec.pipeline.records.codec import RecordError, from_dict, parse
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 log = logging.getLogger(__name__)
 
-
-class ExportSection(StrictModel):
-    opset: int = 18
-    dtype: DType = DType.float32
-    validate_graphs: bool = Field(True, alias="validate")
-
-
-class SurgerySection(StrictModel):
-    enabled: bool = True
-    max_k: int = Field(8, ge=1)
+SECTIONS: dict[str, type] = {"export": ExportConfig, "surgery": SurgeryConfig, "quantize": QuantizeConfig,
+                             "compile": CompileConfig, "bench": BenchConfig}
+OUTPUT_DIRS = {"export": "01-export", "surgery": "02-surgery", "quantize": "03-quantize", "compile": "04-compile",
+               "bench": "bench"}
+TOP_LEVEL = ("target", "draft", "output", "profile")
+# Where the pipeline's defaults differ from the stage's own (the command's).
+PIPELINE_DEFAULTS: dict[str, dict[str, Any]] = {"quantize": {"draft_method": "gptq"}, "bench": {"limit": 8}}
 
 
-class QuantizeSection(StrictModel):
-    enabled: bool = True
-    method: Method = Method.awq
-    target_method: Method | None = None
-    draft_method: Method | None = Method.gptq  # the articles' pairing: AWQ target, GPTQ draft
-    group_size: int | None = None
-    symmetric: bool = False
-    accuracy_level: int = 0  # 4 is faster but lossy (see quantize --help)
-    keep_float: list[str] = Field(default_factory=list)
-    calib: Path | None = None
-    calib_samples: int = 64
-    calib_seq_len: int = 128
-    max_ppl_increase: float | None = None
+@dataclass(frozen=True)
+class PipelineConfig:
+    output: Path
+    export: ExportConfig
+    surgery: SurgeryConfig
+    quantize: QuantizeConfig
+    compile: CompileConfig
+    bench: BenchConfig
+    skipped: frozenset[str] = frozenset()  # sections with `enabled: false` (or --no-bench)
+
+    @property
+    def target(self) -> str:
+        return self.export.target
+
+    @property
+    def draft(self) -> str | None:
+        return self.export.draft
+
+    def enabled(self, stage: str) -> bool:
+        return stage not in self.skipped
+
+    def without(self, stage: str) -> PipelineConfig:
+        return dataclasses.replace(self, skipped=self.skipped | {stage})
 
 
-class CompileSection(StrictModel):
-    enabled: bool = True
-    buckets: list[int] | None = None
-    draft_buckets: list[int] | None = None
-    max_context: int | None = None
-    prefill_chunk: int | None = None
-    format: OutputFormat = OutputFormat.both
-
-
-class BenchSection(StrictModel):
-    enabled: bool = True
-    device: Transport = Transport.local
-    serial: str | None = None
-    scenario: str | None = None
-    prompts: Path | None = None
-    limit: int | None = 8
-    max_new_tokens: int = 64
-    repeats: int = 1
-    temperature: float = 0.0
-    mode: VerifyMode | None = None
-    cooldown: bool = True
-    asserts: list[str] = Field(default_factory=list)
-    baseline: Path | None = None
-    max_regression_pct: float = 5.0
-
-
-class PipelineConfig(StrictModel):
-    target: str = ckpt.DEMO_NAME
-    draft: str | None = None
-    output: Path = Path("specdec-out")
-    profile: str | None = None  # device profile for compile and bench
-    export: ExportSection = Field(default_factory=ExportSection)
-    surgery: SurgerySection = Field(default_factory=SurgerySection)
-    quantize: QuantizeSection = Field(default_factory=QuantizeSection)
-    compile: CompileSection = Field(default_factory=CompileSection)
-    bench: BenchSection = Field(default_factory=BenchSection)
-
-
-def load_config(path: Path | None) -> PipelineConfig:
+def load_config(path: Path | None, *, output: Path | None = None) -> PipelineConfig:
+    """The pipeline YAML (None: the demo pair); `output` overrides the file's output root."""
     if path is None:
-        return PipelineConfig()
+        return build_config({}, output=output)
     if not path.is_file():
         raise InputError(f"pipeline config '{path}' does not exist", "pass a YAML file (see README, 'pipeline')")
     try:
@@ -106,13 +83,51 @@ def load_config(path: Path | None) -> PipelineConfig:
     except yaml.YAMLError as exc:
         raise InputError(f"{path} is not valid YAML ({' '.join(str(exc).split())})", "fix the file") from exc
     try:
-        config = PipelineConfig.model_validate(data)
-    except PydanticValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InputError(f"{path}: '{where}': {first['msg']}", "fix the field (unknown keys are errors)") from exc
-    base = path.parent  # relative paths in the file are relative to the file
-    return config.model_copy(update={"output": base / config.output})
+        return build_config(data, output=output, base=path.parent)
+    except RecordError as exc:
+        raise InputError(f"{path}: {exc}", "fix the field (unknown keys are errors)") from exc
+    except InputError as exc:  # a stage config's own check
+        raise InputError(f"{path}: {exc.raw_problem}", exc.raw_fix) from exc
+
+
+def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) -> PipelineConfig:
+    """Validate parsed YAML into the stage configs; RecordError names the first bad field."""
+    if not isinstance(data, Mapping):
+        raise RecordError("", "the file must hold a mapping of top-level keys")
+    for key in data:
+        if key not in TOP_LEVEL and key not in SECTIONS:
+            raise RecordError(str(key), "Extra inputs are not permitted")
+    target: str = parse(str, data.get("target", ckpt.DEMO_NAME), "target")
+    draft: str | None = parse(str | None, data.get("draft"), "draft")
+    # relative paths in the file are relative to the file; --out is relative to the working directory
+    root = output if output is not None else base / parse(Path, data.get("output", "specdec-out"), "output")
+    profile: str | None = parse(str | None, data.get("profile"), "profile")
+    skipped: set[str] = set()
+
+    def section(stage: str, **owned: Any) -> Any:
+        values = data.get(stage) or {}
+        if not isinstance(values, Mapping):
+            raise RecordError(stage, f"Input should be a mapping of {SECTIONS[stage].__name__} fields")
+        values = dict(values)
+        if stage != "export" and not parse(bool, values.pop("enabled", True), f"{stage}.enabled"):
+            skipped.add(stage)
+        owned = {"output": root / OUTPUT_DIRS[stage], "force": True, **owned}
+        for key in values:
+            if key in owned:
+                raise RecordError(f"{stage}.{key}", "is set by the pipeline, not in a section "
+                                  "(use the top-level target, draft, output and profile)")
+        return from_dict(SECTIONS[stage], {**PIPELINE_DEFAULTS.get(stage, {}), **values, **owned}, stage)
+
+    bench: BenchConfig = section("bench", profile=profile)
+    return PipelineConfig(
+        output=root,
+        export=section("export", target=target, draft=draft),
+        surgery=section("surgery"),
+        quantize=section("quantize"),
+        compile=section("compile", profile=bench.profile_name),  # compile for the device bench runs on
+        bench=bench,
+        skipped=frozenset(skipped),
+    )
 
 
 def _reusable(out: Path, expected: str) -> Bundle | None:
@@ -141,52 +156,22 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None,
                  report: Callable[[str, Bundle, bool], None] | None = None) -> tuple[Bundle, BenchOutcome | None]:
     progress = progress or SilentProgress()
     report = report or (lambda name, bundle, reused: None)
-    root = config.output
-    profile = config.profile or ("local-cpu" if config.bench.device is Transport.local else "android-generic")
-    export = ExportConfig(target=config.target, draft=config.draft, output=root / "01-export",
-                          opset=config.export.opset, dtype=config.export.dtype,
-                          validate=config.export.validate_graphs, force=True)
-    sources = export.sources()
-    digests = {f"{role}/{name}": digest for role, spec in sources.items()
-               for name, digest in ckpt.source_digests(ckpt.resolve(spec, role)).items()}
-    bundle = _stage("export", export.output, fingerprint("export", export.record(), digests),
+    export = config.export
+    bundle = _stage("export", export.output, fingerprint("export", export.record(), export.input_digests),
                     lambda: export_bundle(export, progress), report)
-    if config.surgery.enabled:
-        surgery = SurgeryConfig(output=root / "02-surgery", max_k=config.surgery.max_k, force=True)
-        source = bundle
+    if config.enabled("surgery"):
+        surgery, source = config.surgery, bundle
         bundle = _stage("surgery", surgery.output, fingerprint("surgery", surgery.record(), input_digests(source)),
                         lambda: surgery_bundle(surgery, source, progress), report)
-    if config.quantize.enabled:
-        q = config.quantize
-        quantize = QuantizeConfig(output=root / "03-quantize", method=q.method, target_method=q.target_method,
-                                  draft_method=q.draft_method, group_size=q.group_size, symmetric=q.symmetric,
-                                  accuracy_level=q.accuracy_level, keep_float=tuple(q.keep_float), calib=q.calib,
-                                  calib_samples=q.calib_samples, calib_seq_len=q.calib_seq_len,
-                                  max_ppl_increase=q.max_ppl_increase, force=True)
-        source = bundle
+    if config.enabled("quantize"):
+        quantize, source = config.quantize, bundle
         bundle = _stage("quantize", quantize.output,
                         fingerprint("quantize", quantize.record(), input_digests(source)),
                         lambda: quantize_bundle(quantize, source, progress), report)
-    if config.compile.enabled:
-        c = config.compile
-        compile_config = CompileConfig(
-            output=root / "04-compile", profile=profile, buckets=tuple(c.buckets) if c.buckets else None,
-            draft_buckets=tuple(c.draft_buckets) if c.draft_buckets else None, max_context=c.max_context,
-            prefill_chunk=c.prefill_chunk, format=c.format, force=True)
-        source = bundle
+    if config.enabled("compile"):
+        compile_config, source = config.compile, bundle
         bundle = _stage("compile", compile_config.output,
                         fingerprint("compile", compile_config.record(), input_digests(source)),
                         lambda: compile_bundle(compile_config, source, progress), report)
-    outcome = None
-    if config.bench.enabled:
-        b = config.bench
-        outcome = run_bench(BenchConfig(
-            output=root / "bench", device=b.device, profile=profile, scenario=b.scenario, serial=b.serial,
-            prompts=b.prompts, limit=b.limit, max_new_tokens=b.max_new_tokens, repeats=b.repeats,
-            temperature=b.temperature, mode=b.mode, cooldown=b.cooldown, asserts=tuple(b.asserts),
-            baseline=b.baseline, max_regression_pct=b.max_regression_pct, force=True), bundle)
+    outcome = run_bench(config.bench, bundle) if config.enabled("bench") else None
     return bundle, outcome
-
-
-def describe(config: PipelineConfig) -> dict[str, Any]:
-    return config.model_dump(mode="json")

@@ -2,9 +2,32 @@
 
 Each error carries the problem and the fix separately so the CLI can print them on one line,
 and an exit code so CI jobs can tell failure classes apart.
+
+Library code names a setting by its config key, marked with `setting()`:
+`f"{setting('max_new_tokens')} must be at least 1"`. It reads as the key (`max_new_tokens must
+be at least 1`, what a pipeline YAML says) everywhere except in the CLI's error mapper
+(cli/console.py), which shows the flag of the command that ran (`--max-new-tokens`).
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+_MARK = "\x1f"  # ASCII unit separator: never typed by a user, invisible if it ever leaked
+_SETTING = re.compile(f"{_MARK}([A-Za-z0-9_.]+){_MARK}")
+
+FlagFor = Callable[[str], str | None]  # config key -> a flag, or None to keep the key
+
+
+def setting(key: str) -> str:
+    """A config key inside an error's text (see the module docstring)."""
+    return f"{_MARK}{key}{_MARK}"
+
+
+def render(text: str, flag_for: FlagFor | None = None) -> str:
+    """`text` with its marked settings written as flags (where `flag_for` knows one) or as keys."""
+    return _SETTING.sub(lambda m: (flag_for(m.group(1)) if flag_for else None) or m.group(1), text)
 
 
 class SpecdecError(Exception):
@@ -14,17 +37,30 @@ class SpecdecError(Exception):
 
     def __init__(self, problem: str, fix: str | None = None) -> None:
         super().__init__(problem)
-        self.problem = problem
-        self.fix = fix
+        self.raw_problem = problem  # with setting() marks: pass these on when re-raising
+        self.raw_fix = fix
+
+    @property
+    def problem(self) -> str:
+        return render(self.raw_problem)
+
+    @property
+    def fix(self) -> str | None:
+        return None if self.raw_fix is None else render(self.raw_fix)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The config keys the texts name."""
+        return tuple(_SETTING.findall(self.raw_problem + (self.raw_fix or "")))
 
     def __str__(self) -> str:
         return self.one_line()
 
-    def one_line(self) -> str:
-        text = self.problem.rstrip(". ")
-        if self.fix:
-            text = f"{text} — {self.fix}"
-        return " ".join(text.split())
+    def one_line(self, flag_for: FlagFor | None = None) -> str:
+        text = self.raw_problem.rstrip(". ")
+        if self.raw_fix:
+            text = f"{text} — {self.raw_fix}"
+        return " ".join(render(text, flag_for).split())
 
 
 class InputError(SpecdecError):

@@ -15,10 +15,15 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import Field, model_validator
-from pydantic import ValidationError as PydanticValidationError
 
-from specdec.pipeline.bundle import StrictModel
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.models import StrictModel, validate_model
+from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
+
+# Tree and prune defaults are DecodeConfig's (the one place they live); a profile or scenario
+# that leaves a field out gets the same value a bare DecodeConfig has.
+_DECODE = DecodeConfig()
+_PRUNE = PruneParams()
 
 
 class Transport(str, enum.Enum):
@@ -101,10 +106,10 @@ class CompileSpec(StrictModel):
 
 
 class TreeSpec(StrictModel):
-    budget: int = Field(16, ge=1)  # nodes verified per round, root included
-    depth: int = Field(6, ge=1)
-    width: int = Field(4, ge=1)  # frontier expanded per level
-    max_k: int = Field(8, ge=1)
+    budget: int = Field(_DECODE.tree_budget, ge=1)  # nodes verified per round, root included
+    depth: int = Field(_DECODE.depth, ge=1)
+    width: int = Field(_DECODE.width, ge=1)  # frontier expanded per level
+    max_k: int = Field(_PRUNE.max_k, ge=1)
     max_width: int = Field(16, ge=1)  # articles: 16 / 32
 
 
@@ -137,11 +142,11 @@ class ControllerTargets(StrictModel):
 class ScenarioProfile(StrictModel):
     name: str
     description: str = ""
-    entropy_low: float = 0.8
-    entropy_high: float = 2.5
-    beta_base: float = Field(0.3, ge=0, le=1)
-    rho_min: float = Field(0.05, ge=0, le=1)
-    rho_max: float = Field(0.6, ge=0, le=1)
+    entropy_low: float = _PRUNE.entropy_low
+    entropy_high: float = _PRUNE.entropy_high
+    beta_base: float = Field(_PRUNE.beta_base, ge=0, le=1)
+    rho_min: float = Field(_PRUNE.rho_min, ge=0, le=1)
+    rho_max: float = Field(_PRUNE.rho_max, ge=0, le=1)
     depth: int | None = Field(None, ge=1)
     width: int | None = Field(None, ge=1)
     controller: ControllerTargets = Field(default_factory=ControllerTargets)
@@ -170,13 +175,8 @@ def _parse(path: Path, kind: str) -> Any:
     if not isinstance(data, dict):
         raise InputError(f"{path} must hold a mapping of profile fields", "see `specdec profiles show local-cpu`")
     data.setdefault("name", path.stem)
-    try:
-        return _KINDS[kind].model_validate(data)
-    except PydanticValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise InputError(f"{kind} profile {path}: '{where}': {first['msg']}",
-                         "fix the field (unknown keys are errors; see `specdec profiles show`)") from exc
+    return validate_model(_KINDS[kind], data, source=f"{kind} profile {path}",
+                          fix="fix the field (unknown keys are errors; see `specdec profiles show`)")
 
 
 def load(name_or_path: str | Path, kind: str = "device") -> Any:

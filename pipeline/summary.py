@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specdec.pipeline.bundle import Bundle, TensorSpec
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.graph_io import belongs_to
+from specdec.pipeline.records.codec import dump
+from specdec.pipeline.records.manifest import TensorSpec
 
 _LAYERED = re.compile(r"^(past_key_values|present)\.(\d+)\.(key|value)$")
 
@@ -40,8 +43,7 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         sizes[top] = sizes.get(top, 0) + entry.size
     graphs = {}
     for role, spec in manifest.graphs.items():
-        graph_bytes = sum(e.size for rel, e in manifest.files.items() if rel == spec.file or
-                          rel.startswith(spec.file + "."))
+        graph_bytes = sum(e.size for rel, e in manifest.files.items() if belongs_to(rel, spec.file))
         graphs[role] = {
             **spec.model_dump(exclude={"inputs", "outputs"}),
             "bytes": graph_bytes,
@@ -59,7 +61,7 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         "bytes_by_entry": sizes,
         "lineage": [entry.model_dump() for entry in manifest.lineage],
         "reports": manifest.reports,
-        "custom_ops": manifest.custom_ops,
-        "quantization": manifest.quantization,
-        "buckets": manifest.buckets,
+        "custom_ops": dump(manifest.custom_ops),
+        "quantization": dump(manifest.quantization),
+        "buckets": dump(manifest.buckets),
     }

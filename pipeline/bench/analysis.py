@@ -14,6 +14,18 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.devices.sensor_log import SensorLog
+from specdec.pipeline.records.results import (
+    Details,
+    Figures,
+    Lossless,
+    Mismatch,
+    ModeCounts,
+    ModePercentiles,
+    ModeValues,
+    Padding,
+    Percentiles,
+    RoundCounts,
+)
 from specdec.pipeline.runtime.stats import STAGES, VERIFY
 
 # Figures a CI gate can name, with the direction that counts as better.
@@ -25,18 +37,18 @@ LOWER_IS_BETTER = {"ttft_ms", "reply_ms", "energy_per_token_mj", "peak_memory_mb
 
 @dataclass
 class Analysis:
-    figures: dict[str, float | None]
-    details: dict[str, Any]
-    lossless: dict[str, Any]
+    figures: Figures
+    details: Details
+    lossless: Lossless
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
-def _percentiles(values: list[float]) -> dict[str, float]:
+def _percentiles(values: list[float]) -> Percentiles | None:
     if not values:
-        return {}
+        return None
     array = np.asarray(values)
-    return {"mean": float(array.mean()), "p50": float(np.percentile(array, 50)),
-            "p90": float(np.percentile(array, 90)), "p99": float(np.percentile(array, 99)), "n": len(values)}
+    return Percentiles(mean=float(array.mean()), p50=float(np.percentile(array, 50)),
+                       p90=float(np.percentile(array, 90)), p99=float(np.percentile(array, 99)), n=len(values))
 
 
 def _ms(ns: float) -> float:
@@ -68,10 +80,10 @@ def _stage_ns(round_event: dict[str, Any], stage: str) -> int:
 
 
 def _energy(sensors: SensorLog | None, windows: dict[str, list[tuple[int, int]]], tokens: dict[str, int],
-            unavailable: dict[str, str]) -> tuple[dict[str, float | None], float | None]:
+            unavailable: dict[str, str]) -> tuple[ModeValues, float | None]:
     if sensors is None:
         unavailable["energy_per_token_mj"] = "no sensor log (the sampler did not run or the device was lost)"
-        return {}, None
+        return ModeValues(), None
     start = sensors.start_epoch_s
     timed = [(start + s.t_s, s.power_mw if s.power_mw is not None else s.rapl_power_mw) for s in sensors.samples
              if start is not None]
@@ -79,7 +91,7 @@ def _energy(sensors: SensorLog | None, windows: dict[str, list[tuple[int, int]]]
     if not powered:
         unavailable["energy_per_token_mj"] = ("no power reading: battery current/voltage and RAPL were "
                                               "unreadable or of unknown sign")
-        return {}, None
+        return ModeValues(), None
     overall = statistics.fmean(p for _, p in powered)
     per_token: dict[str, float | None] = {}
     for mode, spans in windows.items():
@@ -87,7 +99,7 @@ def _energy(sensors: SensorLog | None, windows: dict[str, list[tuple[int, int]]]
         power = statistics.fmean(inside) if inside else overall  # replies shorter than the interval
         seconds = sum(b - a for a, b in spans) / 1e9
         per_token[mode] = power * seconds / tokens[mode] if tokens.get(mode) else None
-    return per_token, overall
+    return ModeValues(**per_token), overall
 
 
 def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_equivalent: bool) -> Analysis:
@@ -108,7 +120,7 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
     plain_step_ms = _percentiles([_ms(_stage_ns(r, VERIFY)) for r in plain_rounds])
     draft_calls = sum(r["draft_calls"] for r in spec_rounds)
     draft_ms = sum(_ms(_stage_ns(r, "Draft_Generate")) for r in spec_rounds)
-    cost_ratio = (draft_ms / draft_calls) / plain_step_ms["mean"] if draft_calls and plain_step_ms else None
+    cost_ratio = (draft_ms / draft_calls) / plain_step_ms.mean if draft_calls and plain_step_ms else None
     fixed, per_node = _fixed_cost(spec_rounds, plain_rounds)
     gamma = statistics.fmean(r["tree_depth"] for r in spec_rounds) if spec_rounds else 0.0
     predicted = predicted_speedup(alpha, gamma, cost_ratio) if alpha is not None and cost_ratio else None
@@ -128,44 +140,45 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
     for r in replies:
         pairs.setdefault((r["prompt"], r["repeat"]), {})[r["mode"]] = r["output_ids"]
     compared = [(key, v) for key, v in pairs.items() if len(v) == 2]
-    mismatches = [{"prompt": k[0], "repeat": k[1]} for k, v in compared if v["plain"] != v["speculative"]]
-    lossless = {"checked": greedy_equivalent and bool(compared), "pairs": len(compared),
-                "equal": greedy_equivalent and bool(compared) and not mismatches, "mismatches": mismatches,
-                "note": None if greedy_equivalent else "rrs sampling differs draw by draw by design; its losslessness "
-                "is distributional (tested statistically), so outputs are not compared"}
+    mismatches = [Mismatch(prompt=k[0], repeat=k[1]) for k, v in compared if v["plain"] != v["speculative"]]
+    lossless = Lossless(checked=greedy_equivalent and bool(compared), pairs=len(compared),
+                        equal=greedy_equivalent and bool(compared) and not mismatches, mismatches=mismatches,
+                        note=None if greedy_equivalent else "rrs sampling differs draw by draw by design; its "
+                        "losslessness is distributional (tested statistically), so outputs are not compared")
     speedup = rate["speculative"] / rate["plain"] if rate["plain"] and rate["speculative"] else None
     gain = reply_ms["plain"] - reply_ms["speculative"] if reply_ms["plain"] and reply_ms["speculative"] else None
-    figures: dict[str, float | None] = {
-        "speedup": speedup,
-        "tokens_per_s": rate["speculative"],
-        "plain_tokens_per_s": rate["plain"],
-        "latency_gain_ms": gain,
-        "reply_ms": reply_ms["speculative"],
-        "mean_accepted_len": statistics.fmean(accepted) if accepted else None,
-        "acceptance_rate": alpha,
-        "predicted_speedup": predicted,
-        "cost_ratio_r": cost_ratio,
-        "fixed_call_ms": fixed,
-        "per_node_ms": per_node,
-        "mean_tree_depth": gamma if spec_rounds else None,
-        "mean_tree_size": statistics.fmean(r["tree_size"] for r in spec_rounds) if spec_rounds else None,
-        "ttft_ms": ttft["speculative"].get("mean"),
-        "verify_p50_ms": stage_ms[VERIFY].get("p50"),
-        "peak_memory_mb": peak_rss / 1024 if peak_rss else None,
-        "energy_per_token_mj": energy.get("speculative"),
-        "plain_energy_per_token_mj": energy.get("plain"),
-        "mean_power_mw": mean_power,
-        "peak_temp_c": peak_temp,
-    }
-    details = {
-        "tokens": tokens, "decode_seconds": seconds, "reply_ms": reply_ms, "ttft_ms": ttft,
-        "stage_latency_ms": stage_ms, "plain_step_ms": plain_step_ms,
-        "accepted_len_histogram": dict(sorted(Counter(accepted).items())),
-        "rounds": {"speculative": len(spec_rounds), "plain": len(plain_rounds),
-                   "fallback": sum(1 for r in rounds if r["mode"] == "speculative" and r["kind"] == "plain")},
-        "energy_per_token_mj": energy,
-        "padding": {role: {**counts, "waste": counts["rows_padded"] / counts["rows_computed"]
-                           if counts["rows_computed"] else 0.0}
-                    for role, counts in done.get("padding", {}).items()},
-    }
+    ttft_spec, verify_ms = ttft["speculative"], stage_ms[VERIFY]
+    figures = Figures(
+        speedup=speedup,
+        tokens_per_s=rate["speculative"],
+        plain_tokens_per_s=rate["plain"],
+        latency_gain_ms=gain,
+        reply_ms=reply_ms["speculative"],
+        mean_accepted_len=statistics.fmean(accepted) if accepted else None,
+        acceptance_rate=alpha,
+        predicted_speedup=predicted,
+        cost_ratio_r=cost_ratio,
+        fixed_call_ms=fixed,
+        per_node_ms=per_node,
+        mean_tree_depth=gamma if spec_rounds else None,
+        mean_tree_size=statistics.fmean(r["tree_size"] for r in spec_rounds) if spec_rounds else None,
+        ttft_ms=ttft_spec.mean if ttft_spec else None,
+        verify_p50_ms=verify_ms.p50 if verify_ms else None,
+        peak_memory_mb=peak_rss / 1024 if peak_rss else None,
+        energy_per_token_mj=energy.speculative,
+        plain_energy_per_token_mj=energy.plain,
+        mean_power_mw=mean_power,
+        peak_temp_c=peak_temp,
+    )
+    details = Details(
+        tokens=ModeCounts(**tokens), decode_seconds=ModeValues(**seconds), reply_ms=ModeValues(**reply_ms),
+        ttft_ms=ModePercentiles(**ttft), stage_latency_ms=stage_ms, plain_step_ms=plain_step_ms,
+        accepted_len_histogram=dict(sorted(Counter(accepted).items())),
+        rounds=RoundCounts(speculative=len(spec_rounds), plain=len(plain_rounds),
+                           fallback=sum(1 for r in rounds if r["mode"] == "speculative" and r["kind"] == "plain")),
+        energy_per_token_mj=energy,
+        padding={role: Padding(rows_padded=c["rows_padded"], rows_computed=c["rows_computed"],
+                               waste=c["rows_padded"] / c["rows_computed"] if c["rows_computed"] else 0.0)
+                 for role, c in done.get("padding", {}).items()},
+    )
     return Analysis(figures=figures, details=details, lossless=lossless, unavailable=unavailable)

@@ -1,7 +1,8 @@
-"""Host side of adaptive speculation for a bench run: which controllers, with which settings and sensors.
+"""Host side of adaptive speculation for a bench run: the device's sensors for the controllers.
 
-The runner on the device builds the controllers (`runtime.controllers.build_chain`) from the
-spec made here; sensor files go on its command line, where device path mapping applies.
+Which controllers run, with which targets, is resolved in `specdec.pipeline.settings`; the
+runner on the device builds them (`runtime.controllers.build_chain`) from that spec, and the
+sensor files found here go on its command line, where device path mapping applies.
 """
 
 from __future__ import annotations
@@ -13,35 +14,9 @@ from typing import Any
 from specdec.pipeline.devices.base import Device
 from specdec.pipeline.devices.sensor_log import detect_current_unit, detect_voltage_unit
 from specdec.pipeline.devices.sensors import plan_sensors
-from specdec.pipeline.errors import InputError
-from specdec.pipeline.profiles import DeviceProfile, DischargeSign, ScenarioProfile
-from specdec.pipeline.runtime.controllers import NAMES
+from specdec.pipeline.profiles import DeviceProfile, DischargeSign
 
 log = logging.getLogger(__name__)
-DEFAULT = ("fallback", "thermal", "power")  # safety nets on by default; tuning controllers are opt-in
-
-
-def parse_controllers(text: str | None) -> tuple[str, ...]:
-    """'all', 'none', or a comma list of controller names."""
-    if text is None:
-        return DEFAULT
-    if text.strip() in ("", "none"):
-        return ()
-    if text.strip() == "all":
-        return NAMES
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [n for n in names if n not in NAMES]
-    if unknown:
-        raise InputError(f"unknown controller(s) {', '.join(unknown)}",
-                         f"use all, none or a list of: {', '.join(NAMES)}")
-    return names
-
-
-def controller_spec(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,
-                    beta_base: float) -> dict[str, Any]:
-    targets = scenario.controller.model_dump() if scenario else {}
-    return {"enabled": list(names), "targets": targets, "beta_base": beta_base, "max_width": profile.tree.max_width,
-            "thermal": profile.thermal.model_dump(), "power": {"budget_w": profile.power.budget_w}}
 
 
 @dataclass

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specdec.pipeline.bench.analysis import HIGHER_IS_BETTER, LOWER_IS_BETTER
-from specdec.pipeline.errors import InputError
+from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.records.codec import RecordError
+from specdec.pipeline.records.results import BenchResults, Figures, GateResult, read_figures
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt, "==": operator.eq,
@@ -24,46 +23,37 @@ REGRESSION_FIGURES = ("speedup", "tokens_per_s", "plain_tokens_per_s", "mean_acc
                       "ttft_ms", "reply_ms", "energy_per_token_mj", "peak_memory_mb")
 
 
-@dataclass(frozen=True)
-class GateResult:
-    gate: str
-    passed: bool
-    message: str
-
-
 def parse_assertion(text: str) -> tuple[str, str, float] | None:
     """`name OP number` -> parts; `lossless` -> None. Anything else is an InputError."""
     if text.strip() == "lossless":
         return None
     match = _PATTERN.match(text)
     if match is None:
-        raise InputError(f"--assert '{text}' is not 'FIGURE OP NUMBER' or 'lossless'",
-                         "write e.g. --assert 'speedup>=1.3'")
+        raise InputError(f"{setting('asserts')} '{text}' is not 'FIGURE OP NUMBER' or 'lossless'",
+                         f"write e.g. {setting('asserts')} 'speedup>=1.3'")
     name, op, number = match.group(1), match.group(2), float(match.group(3))
-    if name not in HIGHER_IS_BETTER | LOWER_IS_BETTER | {"cost_ratio_r", "fixed_call_ms", "per_node_ms",
-                                                          "mean_tree_depth", "mean_tree_size",
-                                                          "plain_energy_per_token_mj"}:
+    if name not in Figures.names():
         known = ", ".join(sorted(HIGHER_IS_BETTER | LOWER_IS_BETTER))
-        raise InputError(f"--assert names an unknown figure '{name}'", f"known figures: {known}")
+        raise InputError(f"{setting('asserts')} names an unknown figure '{name}'", f"known figures: {known}")
     return name, op, number
 
 
-def check_assertions(assertions: list[str], results: dict[str, Any]) -> list[GateResult]:
+def check_assertions(assertions: list[str], results: BenchResults) -> list[GateResult]:
     outcomes = []
     for text in assertions:
         parsed = parse_assertion(text)
         if parsed is None:
-            lossless = results["lossless"]
-            ok = bool(lossless["equal"])
+            lossless = results.lossless
+            ok = lossless.equal
             why = ("greedy outputs identical" if ok else
-                   f"not checked ({lossless['note']})" if not lossless["checked"] else
-                   f"{len(lossless['mismatches'])} of {lossless['pairs']} replies differ")
+                   f"not checked ({lossless.note})" if not lossless.checked else
+                   f"{len(lossless.mismatches)} of {lossless.pairs} replies differ")
             outcomes.append(GateResult("lossless", ok, why))
             continue
         name, op, bound = parsed
-        value = results["figures"].get(name)
+        value = results.figures.get(name)
         if value is None:
-            reason = results.get("unavailable", {}).get(name, "not measured in this run")
+            reason = results.unavailable.get(name, "not measured in this run")
             outcomes.append(GateResult(text, False, f"{name} is unavailable ({reason})"))
             continue
         ok = _OPS[op](float(value), bound)
@@ -72,16 +62,18 @@ def check_assertions(assertions: list[str], results: dict[str, Any]) -> list[Gat
     return outcomes
 
 
-def check_baseline(baseline: Path, max_regression_pct: float, results: dict[str, Any]) -> list[GateResult]:
+def check_baseline(baseline: Path, max_regression_pct: float, results: BenchResults) -> list[GateResult]:
     if not baseline.is_file():
-        raise InputError(f"baseline '{baseline}' does not exist", "pass a results.json of an earlier bench run")
+        raise InputError(f"{setting('baseline')} '{baseline}' does not exist",
+                         "pass a results.json of an earlier bench run")
     try:
-        old = json.loads(baseline.read_text())["figures"]
-    except (json.JSONDecodeError, KeyError) as exc:
-        raise InputError(f"baseline '{baseline}' is not a specdec results.json", "pass results.json") from exc
+        old = read_figures(baseline.read_text())
+    except RecordError as exc:
+        raise InputError(f"{setting('baseline')} '{baseline}' is not a specdec results.json ({exc})",
+                         "pass results.json") from exc
     outcomes = []
     for name in REGRESSION_FIGURES:
-        before, now = old.get(name), results["figures"].get(name)
+        before, now = old.get(name), results.figures.get(name)
         if before is None or now is None or before == 0:
             continue
         change = (now - before) / abs(before) * 100

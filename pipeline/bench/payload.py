@@ -7,14 +7,17 @@ buckets and not the dynamic graphs it was compiled from.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import zipfile
 from pathlib import Path
-from typing import Any
 
 import specdec
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle
+from specdec.pipeline.graph_io import graph_files
+from specdec.pipeline.records.codec import to_dict
+from specdec.pipeline.records.results import RunSpec
 
 RUNTIME_ZIP = "runtime.zip"
 RUN_SPEC = "run.json"
@@ -42,8 +45,9 @@ def package_root() -> Path:
 
 def runtime_files() -> list[str]:
     root = package_root()
-    runtime = sorted(p.relative_to(root).as_posix() for p in (root / "pipeline" / "runtime").glob("*.py"))
-    return [*RUNTIME_FILES, *runtime]
+    shared = sorted(p.relative_to(root).as_posix() for folder in ("runtime", "records")
+                    for p in (root / "pipeline" / folder).glob("*.py"))
+    return [*RUNTIME_FILES, *shared]
 
 
 def write_runtime_zip(path: Path) -> None:
@@ -58,15 +62,12 @@ def write_runtime_zip(path: Path) -> None:
 def bundle_files(bundle: Bundle) -> list[str]:
     """Files the runtime opens: the buckets of a compiled bundle, else the dynamic graphs."""
     manifest = bundle.manifest
-    if manifest.buckets:
-        files = [v.get("ort_file") or v["file"] for variants in manifest.buckets["graphs"].values() for v in variants]
-    else:
-        graph_files = [spec.file for spec in manifest.graphs.values()]
-        files = [rel for rel in manifest.files if any(rel == f or rel.startswith(f + ".") for f in graph_files)]
-    return sorted(set(files))
+    if manifest.buckets is not None:
+        return manifest.buckets.files()
+    return graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
 
 
-def build_payload(bundle: Bundle, spec: dict[str, Any], directory: Path) -> Path:
+def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:
     """Lay out the device work dir locally: runtime.zip, run.json, bundle/ (manifest + graphs)."""
     directory.mkdir(parents=True, exist_ok=True)
     write_runtime_zip(directory / RUNTIME_ZIP)
@@ -76,5 +77,5 @@ def build_payload(bundle: Bundle, spec: dict[str, Any], directory: Path) -> Path
     for rel in bundle_files(bundle):
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(bundle.path / rel, target / rel)
-    (directory / RUN_SPEC).write_text(json.dumps({**spec, "bundle": BUNDLE_DIR}, indent=1))
+    (directory / RUN_SPEC).write_text(json.dumps(to_dict(dataclasses.replace(spec, bundle=BUNDLE_DIR)), indent=1))
     return directory

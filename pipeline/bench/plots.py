@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.devices.sensor_log import SensorLog
+from specdec.pipeline.records.results import Details
 from specdec.pipeline.runtime.stats import STAGES
 
 
@@ -18,15 +19,15 @@ def _pyplot() -> Any:
     return plt
 
 
-def latency_breakdown(details: dict[str, Any], path: Path) -> Path:
+def latency_breakdown(details: Details, path: Path) -> Path:
     plt = _pyplot()
-    stages = details["stage_latency_ms"]
+    stages = [details.stage_latency_ms.get(s) for s in STAGES]
     figure, axis = plt.subplots(figsize=(7, 3.6))
-    means = [stages[s].get("mean", 0.0) for s in STAGES]
-    p90 = [stages[s].get("p90", 0.0) for s in STAGES]
+    means = [p.mean if p else 0.0 for p in stages]
+    p90 = [p.p90 if p else 0.0 for p in stages]
     axis.barh(STAGES, means, color="#4c72b0", label="mean")
     axis.scatter(p90, STAGES, color="#dd8452", zorder=3, label="p90")
-    plain = details["plain_step_ms"].get("mean")
+    plain = details.plain_step_ms.mean if details.plain_step_ms else None
     if plain:
         axis.axvline(plain, color="#55a868", linestyle="--", label=f"plain step {plain:.2f} ms")
     axis.set_xlabel("ms per speculative round")
@@ -38,9 +39,9 @@ def latency_breakdown(details: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def accepted_histogram(details: dict[str, Any], path: Path) -> Path:
+def accepted_histogram(details: Details, path: Path) -> Path:
     plt = _pyplot()
-    histogram = details["accepted_len_histogram"]
+    histogram = details.accepted_len_histogram
     figure, axis = plt.subplots(figsize=(6, 3.4))
     axis.bar([int(k) for k in histogram], list(histogram.values()), color="#4c72b0")
     axis.set_xlabel("tokens emitted per round (accepted drafts + 1)")

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from specdec.pipeline.errors import InputError
-from specdec.pipeline.generate import load_prompts
+from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.prompts import load_prompts
 from specdec.pipeline.text import TextCodec
 
 # Used when no file is given and the demo prompts are not installed: one per scenario.
@@ -41,9 +41,9 @@ def load_bench_prompts(path: Path | None, codec: TextCodec, limit: int | None) -
                  for p in load_prompts(source)]
     prompts = [BenchPrompt(str(i), ids, scenario) for i, ids, scenario in items if ids]
     if not prompts:
-        raise InputError(f"no usable prompts in '{source}'", "pass --prompts with non-empty prompts")
+        raise InputError(f"no usable prompts in '{source}'", f"pass {setting('prompts')} with non-empty prompts")
     if limit is not None:
         if limit < 1:
-            raise InputError("--limit must be at least 1", "pass --limit 1 or more")
+            raise InputError(f"{setting('limit')} must be at least 1", "use 1 or more")
         prompts = prompts[:limit]
     return prompts

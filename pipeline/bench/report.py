@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdec.pipeline.records.results import BenchResults
+
 
 def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
     if value is None:
@@ -13,56 +15,56 @@ def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
-def summary_markdown(results: dict[str, Any]) -> str:
-    f = results["figures"]
-    device = results["device"]
+def summary_markdown(results: BenchResults) -> str:
+    f = results.figures
+    device = results.device
+    details = results.details
+    mode = results.config.decode.mode
+    plain_ttft = details.ttft_ms.plain
     lines = [
-        f"## specdec bench — {device.get('model', '?')} ({device.get('transport')}, {device.get('serial')})",
+        f"## specdec bench — {device.model} ({device.transport}, {device.serial})",
         "",
-        f"Bundle `{results['bundle']['path']}` (stages: {' → '.join(results['bundle']['stages'])}), "
-        f"profile `{results['profile']}`, {results['config']['prompts']} prompts × {results['config']['repeats']}, "
-        f"mode `{results['config']['decode'].get('mode') or 'greedy'}`.",
+        f"Bundle `{results.bundle.path}` (stages: {' → '.join(results.bundle.stages)}), "
+        f"profile `{results.profile}`, {results.config.prompts} prompts × {results.config.repeats}, "
+        f"mode `{mode.value if mode else 'greedy'}`.",
         "",
     ]
-    if results.get("partial"):
-        lines += [f"> **Partial results**: {results['partial_reason']}.", ""]
-    lossless = results["lossless"]
-    verdict = ("✅ identical" if lossless["equal"] else
-               "⚠️ not compared" if not lossless["checked"] else f"❌ {len(lossless['mismatches'])} replies differ")
+    if results.partial:
+        lines += [f"> **Partial results**: {results.partial_reason}.", ""]
+    lossless = results.lossless
+    verdict = ("✅ identical" if lossless.equal else
+               "⚠️ not compared" if not lossless.checked else f"❌ {len(lossless.mismatches)} replies differ")
     lines += [
         "| figure | plain | speculative |",
         "|---|---|---|",
-        f"| tokens/s | {_fmt(f['plain_tokens_per_s'])} | {_fmt(f['tokens_per_s'])} |",
-        f"| reply latency (ms) | {_fmt(results['details']['reply_ms'].get('plain'))} | {_fmt(f['reply_ms'])} |",
-        f"| TTFT (ms) | {_fmt(results['details']['ttft_ms']['plain'].get('mean'))} | {_fmt(f['ttft_ms'])} |",
-        f"| energy/token (mJ) | {_fmt(f['plain_energy_per_token_mj'])} | {_fmt(f['energy_per_token_mj'])} |",
+        f"| tokens/s | {_fmt(f.plain_tokens_per_s)} | {_fmt(f.tokens_per_s)} |",
+        f"| reply latency (ms) | {_fmt(details.reply_ms.plain)} | {_fmt(f.reply_ms)} |",
+        f"| TTFT (ms) | {_fmt(plain_ttft.mean if plain_ttft else None)} | {_fmt(f.ttft_ms)} |",
+        f"| energy/token (mJ) | {_fmt(f.plain_energy_per_token_mj)} | {_fmt(f.energy_per_token_mj)} |",
         "",
-        f"**Speedup {_fmt(f['speedup'])}×** measured in the same run; analytic prediction "
-        f"{_fmt(f['predicted_speedup'])}× from α = {_fmt(f['acceptance_rate'])}, "
-        f"γ = {_fmt(f['mean_tree_depth'])} (mean tree depth), r = {_fmt(f['cost_ratio_r'])} (draft/target cost).",
-        f"Mean accepted length {_fmt(f['mean_accepted_len'])} tokens/round; fixed cost per target call "
-        f"{_fmt(f['fixed_call_ms'])} ms + {_fmt(f['per_node_ms'])} ms per tree node. Lossless: {verdict}.",
+        f"**Speedup {_fmt(f.speedup)}×** measured in the same run; analytic prediction "
+        f"{_fmt(f.predicted_speedup)}× from α = {_fmt(f.acceptance_rate)}, "
+        f"γ = {_fmt(f.mean_tree_depth)} (mean tree depth), r = {_fmt(f.cost_ratio_r)} (draft/target cost).",
+        f"Mean accepted length {_fmt(f.mean_accepted_len)} tokens/round; fixed cost per target call "
+        f"{_fmt(f.fixed_call_ms)} ms + {_fmt(f.per_node_ms)} ms per tree node. Lossless: {verdict}.",
     ]
-    rule = results.get("enable_rule")
-    if rule:
-        lines.append(f"Enable rule: gain {_fmt(rule['gain_ms'])} ms/reply vs threshold {rule['threshold_ms']:g} ms "
-                     f"→ **speculation {rule['recommendation']}**.")
-    if f.get("peak_temp_c") is not None or f.get("mean_power_mw") is not None:
-        lines.append(f"Mean power {_fmt(f['mean_power_mw'], 4, ' mW')}, "
-                     f"peak temperature {_fmt(f['peak_temp_c'], 3, ' °C')}, "
-                     f"peak memory {_fmt(f['peak_memory_mb'], 4, ' MB')}.")
-    padding = results["details"].get("padding")
-    if padding:
+    rule = results.enable_rule
+    lines.append(f"Enable rule: gain {_fmt(rule.gain_ms)} ms/reply vs threshold {rule.threshold_ms:g} ms "
+                 f"→ **speculation {rule.recommendation.value}**.")
+    if f.peak_temp_c is not None or f.mean_power_mw is not None:
+        lines.append(f"Mean power {_fmt(f.mean_power_mw, 4, ' mW')}, "
+                     f"peak temperature {_fmt(f.peak_temp_c, 3, ' °C')}, "
+                     f"peak memory {_fmt(f.peak_memory_mb, 4, ' MB')}.")
+    if details.padding:
         lines.append("Bucket padding (rows computed and thrown away): " + ", ".join(
-            f"{role} {p['waste']:.0%}" for role, p in sorted(padding.items())) + ".")
-    controllers = results.get("controllers", {}).get("counts")
+            f"{role} {p.waste:.0%}" for role, p in sorted(details.padding.items())) + ".")
+    controllers = results.controllers.counts
     if controllers:
         lines.append("Controller actions: " + ", ".join(f"{k} {v}" for k, v in sorted(controllers.items())) + ".")
-    gates = results.get("gates", [])
-    if gates:
+    if results.gates:
         lines += ["", "| gate | result |", "|---|---|"]
-        lines += [f"| `{g['gate']}` | {'✅' if g['passed'] else '❌'} {g['message']} |" for g in gates]
-    notes = results.get("warnings", []) + [f"{k}: {v}" for k, v in results.get("unavailable", {}).items()]
+        lines += [f"| `{g.gate}` | {'✅' if g.passed else '❌'} {g.message} |" for g in results.gates]
+    notes = results.warnings + [f"{k}: {v}" for k, v in results.unavailable.items()]
     if notes:
         lines += ["", "Notes:"] + [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"

@@ -8,37 +8,31 @@ against the dynamic graph before it is written.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import logging
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import onnx
 
 from specdec.pipeline import profiles
-from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
+from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, input_digests
 from specdec.pipeline.compile.optimize import ort_optimize, simplify, to_ort_format
 from specdec.pipeline.compile.readiness import readiness
 from specdec.pipeline.compile.static_graph import dynamic_dims, make_static, strip_custom_ops
 from specdec.pipeline.compile.validate import validate_bucket
-from specdec.pipeline.errors import BundleError, InputError
-from specdec.pipeline.export.torch_graph import describe_io
+from specdec.pipeline.errors import BundleError, InputError, setting
+from specdec.pipeline.graph_io import describe_io, load_graph
+from specdec.pipeline.passes import BY_ROLE
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.surgery import prune_pass, verify_pass
-from specdec.pipeline.surgery.stage import load_model
+from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, OutputFormat
 
 log = logging.getLogger(__name__)
 
 BUCKET_DIR = "buckets"
-
-
-class OutputFormat(str, enum.Enum):
-    onnx = "onnx"
-    ort = "ort"
-    both = "both"
+__all__ = ["BUCKET_DIR", "CompileConfig", "OutputFormat", "compile_bundle"]
 
 
 @dataclass(frozen=True)
@@ -58,14 +52,14 @@ class CompileConfig:
         draft = self.draft_buckets or tuple(spec.draft_buckets)
         context = self.max_context or spec.max_context
         chunk = self.prefill_chunk or spec.prefill_chunk
-        for name, values in (("--buckets", buckets), ("--draft-buckets", draft)):
+        for name, values in (("buckets", buckets), ("draft_buckets", draft)):
             if values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
-                raise InputError(f"{name} must be increasing and at least 1, got {list(values)}",
-                                 "pass e.g. --buckets 8,24,48,96")
+                raise InputError(f"{setting(name)} must be increasing and at least 1, got {list(values)}",
+                                 f"pass e.g. {setting('buckets')} 8,24,48,96")
         largest = max(*buckets, *draft, chunk)
         if context <= largest:
-            raise InputError(f"--max-context {context} is not larger than the largest bucket ({largest})",
-                             "raise --max-context or use smaller buckets")
+            raise InputError(f"{setting('max_context')} {context} is not larger than the largest bucket ({largest})",
+                             f"raise {setting('max_context')} or use smaller buckets")
         return buckets, draft, context, chunk
 
     def record(self) -> dict[str, Any]:
@@ -74,40 +68,22 @@ class CompileConfig:
                 "max_context": context, "prefill_chunk": chunk, "format": self.format.value}
 
 
-_PASSES = {"draft": prune_pass, "target": verify_pass}
-
-
-@dataclass
-class Variant:
-    """One row of the manifest's dispatch table."""
-
-    q: int
-    file: str
-    ort_file: str | None
-    inputs: list[dict[str, Any]]
-    outputs: list[dict[str, Any]]
-
-    @property
-    def stem(self) -> str:
-        return Path(self.file).stem
-
-
-def _variant(source: Path, role: str, q: int, capacity: int, spec: Any, custom: dict[str, Any] | None,
+def _variant(source: Path, role: str, q: int, capacity: int, spec: GraphSpec, custom: CustomOps | None,
              scratch: Path) -> tuple[onnx.ModelProto, str]:
-    model = load_model(source)
+    model = load_graph(source)
     strip_custom_ops(model)
     make_static(model, q=q, capacity=capacity, num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,
                 vocab=spec.vocab_size)
     model, simplified = simplify(model)
     model = ort_optimize(model, scratch)
-    record = (custom or {}).get("graphs", {}).get(role)
+    record = custom.graphs.get(role) if custom is not None else None
     if record is not None:  # re-insert the custom op the source bundle had
-        rule = _PASSES[role]
+        rule = BY_ROLE[role]
         reason = rule.check(model)
         if reason is not None:
-            raise BundleError(f"cannot re-insert {record['op']} into the {role} q={q} variant: {reason}",
+            raise BundleError(f"cannot re-insert {record.op} into the {role} q={q} variant: {reason}",
                               "report this with SPECDEC_DEBUG=1 output")
-        rule.apply(model, **record.get("attributes", {}))
+        rule.apply(model, **record.attributes)
     left = dynamic_dims(model)
     if left:
         raise BundleError(f"{role} q={q} variant still has dynamic dims in {left}", "report this bug")
@@ -122,10 +98,11 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     manifest = source.manifest.model_copy(deep=True)
     for role, spec in manifest.graphs.items():
         if capacity > spec.max_position_embeddings:
-            raise InputError(f"--max-context {capacity} exceeds the {role}'s {spec.max_position_embeddings} positions",
-                             f"use --max-context {spec.max_position_embeddings} or less")
+            raise InputError(f"{setting('max_context')} {capacity} exceeds the {role}'s "
+                             f"{spec.max_position_embeddings} positions",
+                             f"use {setting('max_context')} {spec.max_position_embeddings} or less")
     sizes = {"target": sorted({1, *buckets, chunk}), "draft": sorted({*draft_buckets, chunk})}
-    table: dict[str, list[Variant]] = {}
+    table: dict[str, list[BucketVariant]] = {}
     validation: dict[str, float] = {}
     simplify_notes: dict[str, str] = {}
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer, \
@@ -149,8 +126,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
                                                        dtype=spec.dtype)
                     simplify_notes[name] = note
                     inputs, outputs = describe_io(path)
-                    rows.append(Variant(q, f"{BUCKET_DIR}/{name}.onnx", None, [t.model_dump() for t in inputs],
-                                        [t.model_dump() for t in outputs]))
+                    rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs))
                     task.advance()
                 table[role] = rows
         if config.format is not OutputFormat.onnx:
@@ -168,8 +144,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
                 for variant in variants:
                     (writer.dir / variant.file).unlink()
                     variant.file = variant.ort_file or variant.file
-        manifest.buckets = {"max_context": capacity, "prefill_chunk": chunk, "format": config.format.value,
-                            "profile": config.profile,
-                            "graphs": {role: [asdict(v) for v in variants] for role, variants in table.items()}}
+        manifest.buckets = BucketTable(max_context=capacity, prefill_chunk=chunk, format=config.format,
+                                       profile=config.profile, graphs=table)
         manifest.reports["compile"] = {"max_abs_diff": validation, "simplify": simplify_notes, "readiness": ready}
         return writer.finish(manifest, stage="compile", config=config.record(), inputs=input_digests(source))

@@ -11,11 +11,13 @@ import abc
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.pipeline.errors import DeviceError
 from specdec.pipeline.profiles import DeviceProfile, Transport
+from specdec.pipeline.records.device import DeviceInfo as DeviceInfo  # re-exported: the transports' result
+from specdec.pipeline.records.device import PythonStatus as PythonStatus
 
 OutputSink = Callable[[str], None]
 
@@ -26,42 +28,6 @@ class RunResult:
     stdout: str
     stderr: str
     timed_out: bool = False
-
-
-@dataclass(frozen=True)
-class PythonStatus:
-    """What the device's Python can do: the runner needs numpy and onnxruntime."""
-
-    executable: str
-    found: bool
-    version: str | None = None
-    numpy: str | None = None
-    onnxruntime: str | None = None
-
-    @property
-    def usable(self) -> bool:
-        return self.found and self.numpy is not None and self.onnxruntime is not None
-
-    @property
-    def missing(self) -> list[str]:
-        if not self.found:
-            return [f"python ({self.executable})"]
-        modules = (("numpy", self.numpy), ("onnxruntime", self.onnxruntime))
-        return [name for name, version in modules if not version]
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    serial: str
-    transport: str
-    model: str = "unknown"
-    android_version: str | None = None
-    abi: str | None = None
-    battery_level: int | None = None
-    charging: bool | None = None
-    charging_source: str | None = None  # "usb", "ac", "wireless" when known
-    python: PythonStatus | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

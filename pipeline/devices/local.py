@@ -26,6 +26,7 @@ from specdec.pipeline.devices.base import (
     default_profile,
 )
 from specdec.pipeline.errors import DeviceError, InputError
+from specdec.pipeline.graph_io import sha256_file
 from specdec.pipeline.profiles import DeviceProfile, Transport
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,7 @@ class LocalDevice(Device):
             if not copy.is_file():
                 raise DeviceError(f"{copy} is missing after copying {local}",
                                   "check free space and copy again")
-            if shell.sha256_file(copy) != digest:
+            if sha256_file(copy) != digest:
                 raise DeviceError(f"sha256 of {copy} does not match {local / name} after copying",
                                   "the copy is corrupt (disk full?); copy again")
 

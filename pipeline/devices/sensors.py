@@ -21,6 +21,10 @@ from specdec.pipeline.devices.sensor_log import TEMP_TO_C, SensorField, SensorLo
 from specdec.pipeline.devices.sensor_log import parse_sensor_log as parse_sensor_log  # re-exported
 from specdec.pipeline.devices.shell import q, seconds
 from specdec.pipeline.profiles import SensorSpec, ThermalSpec
+from specdec.pipeline.records.device import CooldownResult as CooldownResult  # re-exported
+from specdec.pipeline.records.device import HalTemperature as HalTemperature
+from specdec.pipeline.records.device import ThermalSnapshot as ThermalSnapshot
+from specdec.pipeline.records.results import ThermalEvent
 
 log = logging.getLogger(__name__)
 
@@ -154,22 +158,6 @@ def start_sampling(device: Device, sensors: SensorSpec, workdir: str, *, max_dur
 
 
 # ------------------------------------------------------------------------------- thermalservice
-@dataclass(frozen=True)
-class HalTemperature:
-    name: str
-    value_c: float | None
-    type: int | None = None
-    status: int | None = None
-
-
-@dataclass(frozen=True)
-class ThermalSnapshot:
-    available: bool
-    temperatures: list[HalTemperature] = field(default_factory=list)
-    raw: str = ""
-    detail: str = ""  # why it is unavailable
-
-
 def _int(text: str | None) -> int | None:
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
@@ -212,18 +200,6 @@ def thermal_snapshot(device: Device) -> ThermalSnapshot:
 
 
 # ------------------------------------------------------------------------------- cooldown
-@dataclass(frozen=True)
-class CooldownResult:
-    status: str  # reached | timeout | unavailable
-    target_c: float
-    waited_s: float
-    start_c: float | None = None
-    final_c: float | None = None
-    hottest_zone: str | None = None
-    readings: list[tuple[float, float]] = field(default_factory=list)  # (s since start, hottest °C)
-    detail: str = ""
-
-
 def read_zone_temps(device: Device, zones: Sequence[SensorField]) -> dict[str, float]:
     """°C of each readable zone, keyed by its type (zone name when the type is empty)."""
     if not zones:
@@ -274,13 +250,13 @@ def wait_for_cooldown(device: Device, sensors: SensorSpec, thermal: ThermalSpec,
 
 
 # ------------------------------------------------------------------------------- thermal events
-def thermal_events(sensors: SensorLog, thermal: ThermalSpec) -> list[dict[str, object]]:
+def thermal_events(sensors: SensorLog, thermal: ThermalSpec) -> list[ThermalEvent]:
     """Threshold crossings of the hottest zone, with the profile's hysteresis (DESIGN §5).
 
     normal -> throttle above `throttle_c`, -> disable above `disable_c`; back to normal only
     below `recover_c`. Each transition is one event with the sample's device time.
     """
-    events: list[dict[str, object]] = []
+    events: list[ThermalEvent] = []
     state = "normal"
     start = sensors.start_epoch_s
     for sample in sensors.samples:
@@ -295,7 +271,7 @@ def thermal_events(sensors: SensorLog, thermal: ThermalSpec) -> list[dict[str, o
         elif temp < thermal.recover_c:
             new = "normal"
         if new != state:
-            events.append({"name": f"thermal_{new}", "from": state, "to": new, "temp_c": temp, "zone": zone,
-                           "ts_ns": int((start + sample.t_s) * 1e9)})
+            events.append(ThermalEvent(name=f"thermal_{new}", from_state=state, to=new, temp_c=temp, zone=zone,
+                                       ts_ns=int((start + sample.t_s) * 1e9)))
             state = new
     return events

@@ -9,7 +9,6 @@ rewrites paths) only sees paths that appear there, never paths inside pushed fil
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import posixpath
@@ -24,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from specdec.pipeline.devices.base import BackgroundJob, OutputSink, PythonStatus
+from specdec.pipeline.devices.base import BackgroundJob, OutputSink
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.graph_io import sha256_file
+from specdec.pipeline.records.device import PythonStatus
 
 log = logging.getLogger(__name__)
 
@@ -195,14 +196,6 @@ def parse_pids(text: str) -> tuple[int, int] | None:
 
 
 # ----------------------------------------------------------------------------- hashes
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def local_hashes(local: Path) -> dict[str, str]:
     """sha256 of every file, keyed by path relative to `local` ('' for a single file)."""
     if local.is_file():

@@ -8,9 +8,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.bundle import sha256_file
 from specdec.pipeline.errors import InputError, UnsupportedModelError
 from specdec.pipeline.export.architectures import Architecture, lookup
+from specdec.pipeline.graph_io import sha256_file
 
 log = logging.getLogger(__name__)
 

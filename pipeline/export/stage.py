@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec, check_output_path
-from specdec.pipeline.errors import InputError
+from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
 from specdec.pipeline.export.compat import PairReport, check_pair
-from specdec.pipeline.export.torch_graph import describe_io, export_onnx
+from specdec.pipeline.export.torch_graph import export_onnx
 from specdec.pipeline.export.validate import enforce, validate_graph
+from specdec.pipeline.graph_io import describe_io
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -41,7 +43,7 @@ class ExportConfig:
         draft = self.draft
         if draft is None:
             if self.target != ckpt.DEMO_NAME:
-                raise InputError("export needs a draft model", "pass --draft DRAFT_DIR (or export 'demo')")
+                raise InputError("export needs a draft model", f"pass {setting('draft')} DRAFT_DIR (or export 'demo')")
             draft = ckpt.DEMO_NAME
         return {"target": self.target, "draft": draft}
 
@@ -49,6 +51,13 @@ class ExportConfig:
         """What the lineage stores: everything that changes the output, nothing that does not."""
         return {"sources": self.sources(), "opset": self.opset, "dtype": self.dtype.value,
                 "validate": self.validate, "seed": self.seed}
+
+    @functools.cached_property
+    def input_digests(self) -> dict[str, str]:
+        """sha256 of every checkpoint file: the export's lineage inputs, and what `specdec pipeline`
+        compares to reuse an export. Computed once per config, here only."""
+        return {f"{role}/{name}": digest for role, spec in self.sources().items()
+                for name, digest in ckpt.source_digests(ckpt.resolve(spec, role)).items()}
 
 
 def _tokenizer_spec(tokenizer: Any, generation_eos: Any) -> TokenizerSpec:
@@ -82,7 +91,8 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
     progress = progress or SilentProgress()
     check_output_path(config.output, force=config.force)
     if config.opset < 18:
-        raise InputError(f"--opset {config.opset} is too old", "use opset 18 or newer (torch.onnx dynamo needs it)")
+        raise InputError(f"{setting('opset')} {config.opset} is too old",
+                         "use 18 or newer (torch.onnx dynamo needs it)")
     light, pair = _check_pair_before_export(config)
     graphs: dict[str, GraphSpec] = {}
     validation: dict[str, Any] = {}
@@ -125,6 +135,4 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
             reports={"export": {"validation": validation if config.validate else "skipped (--no-validate)",
                                 "warnings": list(pair.warnings)}},
         )
-        digests = {f"{role}/{name}": digest for role, c in light.items()
-                   for name, digest in ckpt.source_digests(c.source).items()}
-        return writer.finish(manifest, stage="export", config=config.record(), inputs=digests)
+        return writer.finish(manifest, stage="export", config=config.record(), inputs=config.input_digests)

@@ -16,16 +16,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.bundle import TensorSpec
 from specdec.pipeline.errors import ExportError
 from specdec.pipeline.export.architectures import KVGeometry
+from specdec.pipeline.graph_io import EXTERNAL_DATA_BYTES
 
 log = logging.getLogger(__name__)
 
 # q >= 2 and past >= 2 for the example inputs: q = 1 specialises the dynamo trace (DESIGN §2).
 _EXAMPLE_Q = 3
 _EXAMPLE_PAST = 4
-_EXTERNAL_DATA_BYTES = 1 << 30
 
 
 def input_names(num_layers: int) -> list[str]:
@@ -121,7 +120,7 @@ def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dty
                 input_names=input_names(geometry.num_layers),
                 output_names=output_names(geometry.num_layers),
                 dynamic_shapes=_dynamic_shapes(geometry.num_layers),
-                external_data=weight_bytes > _EXTERNAL_DATA_BYTES,
+                external_data=weight_bytes > EXTERNAL_DATA_BYTES,
                 verbose=False,
             )
     except Exception as exc:  # torch.onnx raises many unrelated types; report them as one
@@ -132,18 +131,3 @@ def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dty
             "run with SPECDEC_DEBUG=1 for the full trace; try another --opset",
         ) from exc
     log.debug("torch.onnx output:\n%s", captured.getvalue())
-
-
-def describe_io(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """Inputs and outputs of a saved graph as manifest records."""
-    import onnx
-
-    model = onnx.load(str(path), load_external_data=False)
-
-    def spec(value: Any) -> TensorSpec:
-        tensor_type = value.type.tensor_type
-        dims: list[int | str] = [d.dim_param if d.dim_param else int(d.dim_value) for d in tensor_type.shape.dim]
-        dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
-        return TensorSpec(name=value.name, dtype=dtype, shape=dims)
-
-    return [spec(v) for v in model.graph.input], [spec(v) for v in model.graph.output]

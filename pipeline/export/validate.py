@@ -17,6 +17,7 @@ import numpy as np
 from specdec.pipeline.errors import ValidationError
 from specdec.pipeline.export.architectures import Architecture, KVGeometry
 from specdec.pipeline.export.torch_graph import input_names
+from specdec.pipeline.runtime.runner import tree_mask
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +43,6 @@ def tree_depths(parents: tuple[int, ...]) -> list[int]:
     for parent in parents:
         depths.append(0 if parent < 0 else depths[parent] + 1)
     return depths
-
-
-def tree_mask(parents: tuple[int, ...], past: int, dtype: np.dtype[Any]) -> np.ndarray:
-    n = len(parents)
-    mask = np.full((1, 1, n, past + n), np.finfo(dtype).min, dtype=dtype)
-    mask[..., :past] = 0
-    for node in range(n):
-        ancestor = node
-        while ancestor >= 0:
-            mask[0, 0, node, past + ancestor] = 0
-            ancestor = parents[ancestor]
-    return mask
 
 
 def _path(parents: tuple[int, ...], node: int) -> list[int]:

@@ -31,7 +31,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from specdec.pipeline.bundle import GraphSpec
-from specdec.pipeline.errors import InputError
+from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.graph_io import save_graph
 from specdec.pipeline.quantize.algorithms import ACTIVATIONS, HESSIAN, LayerStats
 from specdec.pipeline.runtime.graph import Graph
 from specdec.pipeline.runtime.manifest import GraphInfo
@@ -71,13 +72,14 @@ def default_calib_path() -> Path:
 Encoder = Callable[[str], list[int]]  # the bundle's TextCodec.encode
 
 
-def read_tokens(path: Path, encode: Encoder, vocab_size: int, option: str = "--calib") -> list[int]:
+def read_tokens(path: Path, encode: Encoder, vocab_size: int, key: str = "calib") -> list[int]:
     """Token ids of a text or JSONL file; clear errors for missing, empty or malformed files."""
+    name = setting(key)
     if not path.is_file():
-        raise InputError(f"{option} file '{path}' does not exist", "pass a text or JSONL file")
+        raise InputError(f"{name} file '{path}' does not exist", "pass a text or JSONL file")
     text = path.read_text(encoding="utf-8", errors="replace")
     if not text.strip():
-        raise InputError(f"{option} file '{path}' is empty", "pass a file with text to calibrate on")
+        raise InputError(f"{name} file '{path}' is empty", "pass a file with text to calibrate on")
     lines = [line for line in text.splitlines() if line.strip()]
     is_jsonl = path.suffix == ".jsonl" or (lines[0].lstrip().startswith("{") and _json_object(lines[0]) is not None)
     if not is_jsonl:
@@ -86,18 +88,18 @@ def read_tokens(path: Path, encode: Encoder, vocab_size: int, option: str = "--c
     for number, line in enumerate(lines, 1):
         record = _json_object(line)
         if record is None or not ("text" in record or "input_ids" in record):
-            raise InputError(f"{option} file '{path}' line {number} is not a JSON object with 'text' or 'input_ids'",
+            raise InputError(f"{name} file '{path}' line {number} is not a JSON object with 'text' or 'input_ids'",
                              "write one JSON object per line")
         if "input_ids" in record:
             values = record["input_ids"]
             if not isinstance(values, list) or not all(isinstance(v, int) and 0 <= v < vocab_size for v in values):
-                raise InputError(f"{option} file '{path}' line {number}: input_ids must be token ids below "
+                raise InputError(f"{name} file '{path}' line {number}: input_ids must be token ids below "
                                  f"{vocab_size}", "tokenize with the bundle's tokenizer or pass 'text'")
             ids += values
         else:
             ids += encode(str(record["text"]) + "\n\n")
     if not ids:
-        raise InputError(f"{option} file '{path}' holds no tokens", "pass a file with text to calibrate on")
+        raise InputError(f"{name} file '{path}' holds no tokens", "pass a file with text to calibrate on")
     return ids
 
 
@@ -122,7 +124,7 @@ def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len
     tokens = read_tokens(path, encode, vocab_size)
     if len(tokens) < MIN_TOKENS:
         raise InputError(f"calibration file '{path}' has only {len(tokens)} tokens (at least {MIN_TOKENS} needed)",
-                         "pass a longer --calib file")
+                         f"pass a longer {setting('calib')} file")
     held = max(len(tokens) // HOLDOUT_FRACTION, MIN_HOLDOUT)
     body, holdout = tokens[:-held], tokens[-held:]
     warnings: list[str] = []
@@ -141,10 +143,11 @@ def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len
             f"{samples} x {seq_len} requested: using {windows.shape[0]} sample(s) of {windows.shape[1]} tokens "
             f"({windows.size} tokens)")
     if eval_file is not None:
-        eval_tokens = read_tokens(eval_file, encode, vocab_size, option="--eval")
+        eval_tokens = read_tokens(eval_file, encode, vocab_size, key="eval_file")
         eval_windows, eval_source = _windows(eval_tokens, seq_len, MAX_EVAL_WINDOWS), str(eval_file)
         if not eval_windows:
-            raise InputError(f"--eval file '{eval_file}' has fewer than 2 tokens", "pass a longer --eval file")
+            raise InputError(f"{setting('eval_file')} '{eval_file}' has fewer than 2 tokens",
+                             f"pass a longer {setting('eval_file')}")
     else:
         eval_windows, eval_source = _windows(holdout, seq_len, MAX_EVAL_WINDOWS), f"last {held} tokens of {path.name}"
     step = max(len(holdout) // prompts, 1)
@@ -178,12 +181,6 @@ def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (),
     return logits, extras
 
 
-def save_graph(model: onnx.ModelProto, path: Path) -> None:
-    # Protobuf caps one message at 2 GiB; larger graphs keep weights in a side file.
-    external = model.ByteSize() > (1 << 30)
-    onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data" if external else None)
-
-
 def plan_passes(wanted: dict[str, frozenset[str]], widths: dict[str, int],
                 budget: int = STATS_BUDGET_BYTES) -> list[dict[str, frozenset[str]]]:
     """Split layer inputs into calibration passes whose statistics fit `budget` bytes."""
@@ -211,13 +208,7 @@ def probe_graph(model: onnx.ModelProto, role: str, spec: GraphSpec, names: Seque
     try:
         with tempfile.TemporaryDirectory(prefix=f"calib-{role}-", dir=workdir) as tmp:
             path = Path(tmp) / f"{role}.onnx"
-            if model.ByteSize() > (1 << 30):
-                # Saving with external data strips the weights from the proto it is given.
-                copy = onnx.ModelProto()
-                copy.CopyFrom(model)
-                save_graph(copy, path)
-            else:
-                save_graph(model, path)
+            save_graph(model, path, keep_model=True)  # the quantizer goes on rewriting `model`
             graph = Graph(graph_info(role, spec, path))
             yield graph
             del graph

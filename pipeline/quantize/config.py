@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.errors import InputError
+from specdec.pipeline.errors import InputError, setting
 
 # MatMulNBits block 128 is the fast layout; smaller blocks are the fallback for narrow layers.
 # accuracy_level 4 (int8 activation compute) is faster still, but it quantizes activations per
@@ -34,13 +34,13 @@ class Method(str, enum.Enum):
     awq = "awq"
 
 
-def parse_method(value: Method | str, option: str = "--method") -> Method:
+def parse_method(value: Method | str, key: str = "method") -> Method:
     if isinstance(value, Method):
         return value
     try:
         return Method(str(value).lower())
     except ValueError:
-        raise InputError(f"unknown quantization method '{value}' for {option}",
+        raise InputError(f"unknown quantization method '{value}' for {setting(key)}",
                          f"use one of: {', '.join(m.value for m in Method)}") from None
 
 
@@ -68,31 +68,32 @@ class QuantizeConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", parse_method(self.method))
-        for field_name, option in (("target_method", "--target-method"), ("draft_method", "--draft-method")):
-            value = getattr(self, field_name)
+        for key in ("target_method", "draft_method"):
+            value = getattr(self, key)
             if value is not None:
-                object.__setattr__(self, field_name, parse_method(value, option))
+                object.__setattr__(self, key, parse_method(value, key))
         object.__setattr__(self, "keep_float", tuple(self.keep_float))
         group = self.group_size
-        fix = "fix the option and run again"
+        fix = "fix the setting and run again"
         problems = [
             (group is not None and (group < 16 or group & (group - 1) != 0),
-             f"--group-size {group} is not a power of two >= 16", "use 32, 64 or 128 (or leave it out for auto)"),
+             f"{setting('group_size')} {group} is not a power of two >= 16",
+             "use 32, 64 or 128 (or leave it out for auto)"),
             (self.accuracy_level not in ACCURACY_LEVELS,
-             f"--accuracy-level {self.accuracy_level} is not one of {ACCURACY_LEVELS}",
+             f"{setting('accuracy_level')} {self.accuracy_level} is not one of {ACCURACY_LEVELS}",
              "use 4 (int8 compute, fastest on CPUs) or 0 (compute in the graph's float type)"),
-            (self.calib_samples < 1, "--calib-samples must be at least 1", fix),
-            (self.calib_seq_len < 8, "--calib-seq-len must be at least 8", fix),
+            (self.calib_samples < 1, f"{setting('calib_samples')} must be at least 1", fix),
+            (self.calib_seq_len < 8, f"{setting('calib_seq_len')} must be at least 8", fix),
             (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
-             "--max-ppl-increase must be >= 0 (a percentage)", fix),
+             f"{setting('max_ppl_increase')} must be >= 0 (a percentage)", fix),
             (self.eval_prompts < 1 or self.eval_new_tokens < 1, "the engine check needs prompts and tokens", fix),
         ]
         for failed, problem, hint in problems:
             if failed:
                 raise InputError(problem, hint)
-        for path, option in ((self.calib, "--calib"), (self.eval_file, "--eval")):
+        for path, key in ((self.calib, "calib"), (self.eval_file, "eval_file")):
             if path is not None and not Path(path).is_file():
-                raise InputError(f"{option} file '{path}' does not exist", "pass a text or JSONL file")
+                raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
 
     def method_for(self, role: str) -> Method:
         override = self.target_method if role == "target" else self.draft_method
@@ -114,7 +115,7 @@ class QuantizeConfig:
 
     def record(self) -> dict[str, Any]:
         """What the lineage stores: everything that changes the output."""
-        from specdec.pipeline.bundle import sha256_file
+        from specdec.pipeline.graph_io import sha256_file
 
         def file_record(path: Path | None) -> dict[str, str] | None:
             return None if path is None else {"path": str(path), "sha256": sha256_file(Path(path))}

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.bundle import GraphSpec
-from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.errors import ValidationError, setting
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.quantize.calibration import CalibrationData, graph_info, prefill
 from specdec.pipeline.runtime.graph import Graph
@@ -127,5 +127,7 @@ def enforce(report: dict[str, Any], max_increase_pct: float | None) -> None:
         if record["perplexity_increase_pct"] > max_increase_pct:
             raise ValidationError(
                 f"{role} perplexity rose from {record['perplexity_before']:.4g} to {record['perplexity_after']:.4g} "
-                f"(+{record['perplexity_increase_pct']:.2f}%), above --max-ppl-increase {max_increase_pct:g}%",
-                "try --method gptq or awq, more --calib text, --keep-float for sensitive layers, or raise the limit")
+                f"(+{record['perplexity_increase_pct']:.2f}%), above {setting('max_ppl_increase')} "
+                f"{max_increase_pct:g}%",
+                f"try {setting('method')} gptq or awq, more {setting('calib')} text, {setting('keep_float')} for "
+                "sensitive layers, or raise the limit")

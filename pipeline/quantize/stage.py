@@ -13,14 +13,13 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, input_digests
-from specdec.pipeline.errors import BundleError, InputError
-from specdec.pipeline.export.torch_graph import describe_io
+from specdec.pipeline.errors import BundleError, InputError, setting
+from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.quantize import calibration, quality
 from specdec.pipeline.quantize.algorithms import ALGORITHMS, LayerStats, QuantResult, QuantSpec, rtn
@@ -28,6 +27,8 @@ from specdec.pipeline.quantize.config import AUTO_GROUP_SIZES, QuantizeConfig
 from specdec.pipeline.quantize.embeddings import apply_embeddings, find_embeddings, load_table
 from specdec.pipeline.quantize.layers import Layer, Rewrite, apply_rewrites, find_layers, load_weight
 from specdec.pipeline.quantize.packing import pack
+from specdec.pipeline.records.codec import from_dict
+from specdec.pipeline.records.manifest import GraphQuantization, LayerQuantization, Quantization
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +80,12 @@ def _check_group_size(plans: dict[str, list[LayerPlan]], config: QuantizeConfig)
         widths = ", ".join(str(w) for w in sorted({p.layer.K for p in candidates}))
         group = config.group_size or "/".join(map(str, AUTO_GROUP_SIZES))
         raise InputError(f"group size {group} divides no layer (widths: {widths})",
-                         "pass a --group-size that divides the layer widths, or leave it out for auto")
+                         f"pass a {setting('group_size')} that divides the layer widths, or leave it out for auto")
 
 
 def _quantize_graph(model: onnx.ModelProto, role: str, spec: GraphSpec, plans: list[LayerPlan],
                     config: QuantizeConfig, data: calibration.CalibrationData, workdir: Path,
-                    progress: Progress) -> dict[str, Any]:
+                    progress: Progress) -> GraphQuantization:
     method = config.method_for(role)
     algorithm = ALGORITHMS[method]
     todo = [p for p in plans if p.bits is not None]
@@ -96,8 +97,8 @@ def _quantize_graph(model: onnx.ModelProto, role: str, spec: GraphSpec, plans: l
             widths[plan.layer.input] = plan.layer.K
     passes = calibration.plan_passes(wanted, widths) if wanted else []
     rewrites: list[Rewrite] = []
-    layer_records: dict[str, Any] = {p.layer.name: {"bits": "float", "reason": p.reason} for p in plans
-                                     if p.bits is None}
+    layer_records = {p.layer.name: LayerQuantization(bits="float", reason=p.reason) for p in plans
+                     if p.bits is None}
     with progress.task(f"{role}: {method.value} on {len(todo)} layers", total=len(todo)) as task:
         batches = [(wanted_now, [p for p in todo if p.layer.input in wanted_now]) for wanted_now in passes]
         batches.append(({}, [p for p in todo if p.layer.input not in wanted]))
@@ -115,21 +116,21 @@ def _quantize_graph(model: onnx.ModelProto, role: str, spec: GraphSpec, plans: l
                 layer_records[plan.layer.name] = record
                 task.advance()
     apply_rewrites(model, rewrites)
-    return {
-        "method": method.value,
-        "group_size": config.group_size or "auto",
-        "symmetric": config.symmetric,
-        "accuracy_level": config.accuracy_level,
-        "embeddings": _quantize_embeddings(model, role, config),
-        "summary": {label: sum(1 for r in layer_records.values() if r["bits"] == value)
-                    for label, value in (("int4", 4), ("int8", 8), ("float", "float"))},
-        "layers": {p.layer.name: layer_records[p.layer.name] for p in plans},
-    }
+    return GraphQuantization(
+        method=method.value,
+        group_size=config.group_size or "auto",
+        symmetric=config.symmetric,
+        accuracy_level=config.accuracy_level,
+        embeddings=_quantize_embeddings(model, role, config),
+        summary={label: sum(1 for r in layer_records.values() if r.bits == value)
+                 for label, value in (("int4", 4), ("int8", 8), ("float", "float"))},
+        layers={p.layer.name: layer_records[p.layer.name] for p in plans},
+    )
 
 
 def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats | None, config: QuantizeConfig,
                     method: str, run: Callable[[np.ndarray, QuantSpec, LayerStats | None], QuantResult],
-                    ) -> tuple[Rewrite, dict[str, Any]]:
+                    ) -> tuple[Rewrite, LayerQuantization]:
     assert plan.bits is not None and plan.block_size is not None
     layer = plan.layer
     weight = load_weight(model, layer)
@@ -139,15 +140,17 @@ def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats |
                   block_size=plan.block_size)
     approx = result.effective_weight(plan.block_size)
     norm = float(np.linalg.norm(weight.astype(np.float64)))
-    record: dict[str, Any] = {"bits": plan.bits, "method": method, "block_size": plan.block_size,
-                              "weight_rel_error": float(np.linalg.norm(approx - weight)) / norm if norm else 0.0}
-    record.update({key: float(value) for key, value in result.info.items()})
+    # the algorithm's own figures (QuantResult.info) are record fields too: an unknown one is an error
+    record = from_dict(LayerQuantization, {
+        "bits": plan.bits, "method": method, "block_size": plan.block_size,
+        "weight_rel_error": float(np.linalg.norm(approx - weight)) / norm if norm else 0.0,
+        **{key: float(value) for key, value in result.info.items()}})
     return Rewrite(layer, packed, result.input_scale, config.accuracy_level), record
 
 
-def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConfig) -> dict[str, Any]:
+def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConfig) -> dict[str, LayerQuantization]:
     """Gather tables: float unless --quantize-embeddings (then RTN into GatherBlockQuantized)."""
-    records: dict[str, Any] = {}
+    records: dict[str, LayerQuantization] = {}
     replacements = []
     for table in find_embeddings(model):
         bits = config.embedding_bits_for(role, table.name) if config.quantize_embeddings else None
@@ -156,7 +159,7 @@ def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConf
             reason = ("--keep-float" if config.quantize_embeddings and bits is None else
                       f"group size does not divide its width {table.K}" if bits is not None else
                       "embeddings stay float without --quantize-embeddings")
-            records[table.name] = {"bits": "float", "reason": reason}
+            records[table.name] = LayerQuantization(bits="float", reason=reason)
             continue
         weight = load_table(model, table)
         result = rtn.quantize(weight, QuantSpec(bits, block, config.symmetric, table.dtype))
@@ -164,14 +167,10 @@ def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConf
                       block_size=block)
         replacements.append((table, packed))
         error = np.linalg.norm(result.effective_weight(block) - weight) / (np.linalg.norm(weight) or 1.0)
-        records[table.name] = {"bits": bits, "method": "rtn", "block_size": block, "weight_rel_error": float(error)}
+        records[table.name] = LayerQuantization(bits=bits, method="rtn", block_size=block,
+                                                weight_rel_error=float(error))
     apply_embeddings(model, replacements)
     return records
-
-
-def _graph_files(bundle: Bundle) -> set[str]:
-    names = {spec.file for spec in bundle.manifest.graphs.values()}
-    return {rel for rel in bundle.manifest.files if rel.split(".onnx")[0] + ".onnx" in names}
 
 
 def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
@@ -182,28 +181,27 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     manifest = source.manifest.model_copy(deep=True)
     context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
     if config.calib_seq_len > context:
-        raise InputError(f"--calib-seq-len {config.calib_seq_len} exceeds the bundle's context of {context} tokens",
-                         f"pass --calib-seq-len {min(128, context)} or less")
+        raise InputError(f"{setting('calib_seq_len')} {config.calib_seq_len} exceeds the bundle's context of "
+                         f"{context} tokens", f"pass {setting('calib_seq_len')} {min(128, context)} or less")
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
-        models = {role: onnx.load(str(source.graph_path(role)), load_external_data=True)
-                  for role in manifest.graphs}
+        models = {role: load_graph(source.graph_path(role)) for role in manifest.graphs}
         plans = {role: plan_graph(find_layers(model), role, config) for role, model in models.items()}
         _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
         data = calibration.prepare(calib=config.calib, eval_file=config.eval_file, samples=config.calib_samples,
                                    seq_len=config.calib_seq_len, prompts=config.eval_prompts, seed=config.seed,
                                    encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()))
-        writer.copy_from(source, exclude=_graph_files(source))
-        records: dict[str, Any] = {}
+        writer.copy_from(source, exclude=graph_files(source.manifest.files, (s.file for s in manifest.graphs.values())))
+        records: dict[str, GraphQuantization] = {}
         for role, spec in manifest.graphs.items():
             model = models.pop(role)
             records[role] = _quantize_graph(model, role, spec, plans[role], config, data, writer.dir, progress)
             out = writer.dir / spec.file
-            calibration.save_graph(model, out)
+            save_graph(model, out)
             del model
             onnx.checker.check_model(str(out), full_check=True)
             spec.inputs, spec.outputs = describe_io(out)
-        manifest.quantization = {"format": "MatMulNBits", "domain": "com.microsoft", "graphs": records}
+        manifest.quantization = Quantization(format="MatMulNBits", domain="com.microsoft", graphs=records)
         # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
         (writer.dir / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
         report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=config.eval_new_tokens,

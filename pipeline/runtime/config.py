@@ -1,11 +1,16 @@
-"""Decoding settings: what `specdec generate` and the bench runner pass to the engine."""
+"""Decoding settings: what `specdec generate` and the bench runner pass to the engine.
+
+The field defaults here are the built-in defaults of every decode setting (tree 16 / 6 / 4,
+max_k 8, the articles' prune parameters); profiles, scenarios and CLI help refer to them, and
+`specdec.pipeline.settings` resolves the layers above them.
+"""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 
-from specdec.pipeline.errors import InputError
+from specdec.pipeline.errors import InputError, setting
 
 
 class VerifyMode(str, enum.Enum):
@@ -51,18 +56,19 @@ class DecodeConfig:
             except ValueError:
                 raise InputError(f"unknown mode '{self.mode}'",
                                  f"use one of: {', '.join(m.value for m in VerifyMode)}") from None
-        fix_it = "fix the option and run again"
+        fix_it = "fix the setting and run again"
+        mode, temperature = setting("mode"), setting("temperature")
         problems = [
-            (self.max_new_tokens < 1, "--max-new-tokens must be at least 1", fix_it),
-            (self.temperature < 0, "--temperature must be >= 0", fix_it),
-            (self.top_k < 0, "--top-k must be >= 0", "0 disables top-k"),
-            (not 0 < self.top_p <= 1, "--top-p must be in (0, 1]", "1 disables top-p"),
-            (self.tree_budget < 1, "--tree-budget must be at least 1", fix_it),
-            (self.depth < 1, "--depth must be at least 1", fix_it),
-            (self.width < 1, "--width must be at least 1", fix_it),
-            (self.prune.max_k < 1, "max_k must be at least 1", fix_it),
+            (self.max_new_tokens < 1, f"{setting('max_new_tokens')} must be at least 1", fix_it),
+            (self.temperature < 0, f"{temperature} must be >= 0", fix_it),
+            (self.top_k < 0, f"{setting('top_k')} must be >= 0", "0 disables top-k"),
+            (not 0 < self.top_p <= 1, f"{setting('top_p')} must be in (0, 1]", "1 disables top-p"),
+            (self.tree_budget < 1, f"{setting('tree_budget')} must be at least 1", fix_it),
+            (self.depth < 1, f"{setting('depth')} must be at least 1", fix_it),
+            (self.width < 1, f"{setting('width')} must be at least 1", fix_it),
+            (self.prune.max_k < 1, f"{setting('max_k')} must be at least 1", fix_it),
             (self.mode is VerifyMode.greedy and self.temperature > 0,
-             "--mode greedy needs --temperature 0", "use --mode match or rrs to sample"),
+             f"{mode} greedy needs {temperature} 0", f"use {mode} match or rrs to sample"),
         ]
         for failed, problem, fix in problems:
             if failed:

@@ -9,13 +9,15 @@ the sensor sampler uses too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
+from specdec.pipeline.records.codec import from_dict
+from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
@@ -49,12 +51,6 @@ def _peak_rss_kb() -> int | None:
         return None
 
 
-def decode_config(spec: dict[str, Any], speculative: bool) -> DecodeConfig:
-    prune = PruneParams(**spec.get("prune", {}))
-    fields = {k: v for k, v in spec.items() if k != "prune"}
-    return DecodeConfig(**fields, prune=prune, speculative=speculative)
-
-
 class EventLog:
     def __init__(self, handle: TextIO, clock: Clock) -> None:
         self.handle = handle
@@ -82,15 +78,15 @@ class EventLog:
         })
 
 
-def run(spec: dict[str, Any], workdir: Path, thermal_paths: list[str] | None = None,
+def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
         battery: tuple[str, str] | None = None) -> int:
     clock = Clock()
     # one chain for the whole run: heat and the learned beta carry over from reply to reply
-    controller = build_chain(spec.get("controllers", {}), thermal_paths or [], battery)
-    engine = Engine(workdir / spec["bundle"], SessionOptions(threads=int(spec.get("threads", 0))))
-    configs = {mode: decode_config(spec["decode"], mode == "speculative") for mode in MODES}
-    prompts: list[list[int]] = spec["prompts"]
-    repeats = int(spec.get("repeats", 1))
+    controller = build_chain(spec.controllers, thermal_paths or [], battery)
+    engine = Engine(workdir / spec.bundle, SessionOptions(threads=spec.threads))
+    configs = {mode: dataclasses.replace(spec.decode, speculative=mode == "speculative") for mode in MODES}
+    prompts = spec.prompts
+    repeats = spec.repeats
     with (workdir / EVENTS).open("w") as handle:
         log = EventLog(handle, clock)
         log.write({"type": "start", "epoch_ns": clock.epoch0, "prompts": len(prompts), "repeats": repeats,
@@ -131,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--thermal-zone", action="append", default=[], help="thermal zone temp file to watch")
     parser.add_argument("--battery", nargs=2, metavar=("CURRENT_NOW", "VOLTAGE_NOW"), help="battery sysfs files")
     args = parser.parse_args(argv)
-    spec = json.loads(args.spec.read_text())
     try:
+        spec = from_dict(RunSpec, json.loads(args.spec.read_text()))
         return run(spec, args.spec.parent, args.thermal_zone, tuple(args.battery) if args.battery else None)
     except Exception as exc:  # reported to the host through stderr and the exit code
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

@@ -39,7 +39,7 @@ class RoundController(Protocol):
 
 def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) -> Runner:
     """A static bucketed runner for compiled bundles, the dynamic one otherwise."""
-    if bundle.buckets:
+    if bundle.buckets is not None:
         from specdec.pipeline.runtime.static import StaticRunner
 
         return StaticRunner(info, bundle, options)

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.runtime.config import PruneParams
 from specdec.pipeline.runtime.manifest import GraphInfo
 
 # Below this size a graph's kernels are too short for intra-op threads to pay for their
@@ -52,6 +53,7 @@ def make_session(path: os.PathLike[str] | str, options: SessionOptions) -> Any:
 # Inputs that graph surgery adds; unused ones get these neutral values (greedy, no tree).
 def default_op_inputs(q: int) -> dict[str, np.ndarray]:
     scalar = np.float32
+    prune = PruneParams()
     return {
         "tree_parent": np.full(q, -1, np.int64),
         "tree_depth": np.zeros(q, np.int64),
@@ -60,11 +62,11 @@ def default_op_inputs(q: int) -> dict[str, np.ndarray]:
         "mode": np.array(0, np.int64),
         "top_k": np.array(0, np.int64),
         "top_p": np.array(1.0, scalar),
-        "entropy_low": np.array(0.8, scalar),
-        "entropy_high": np.array(2.5, scalar),
-        "beta_base": np.array(0.3, scalar),
-        "rho_min": np.array(0.05, scalar),
-        "rho_max": np.array(0.6, scalar),
+        "entropy_low": np.array(prune.entropy_low, scalar),
+        "entropy_high": np.array(prune.entropy_high, scalar),
+        "beta_base": np.array(prune.beta_base, scalar),
+        "rho_min": np.array(prune.rho_min, scalar),
+        "rho_max": np.array(prune.rho_max, scalar),
     }
 
 

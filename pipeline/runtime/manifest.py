@@ -1,7 +1,8 @@
 """Read what the runtime needs from a bundle's manifest.json, with the standard library only.
 
 The full manifest model (`specdec.pipeline.bundle`) uses pydantic; the runtime also runs on
-the phone, where only numpy and onnxruntime are assumed, so it reads the JSON directly.
+the phone, where only numpy and onnxruntime are assumed, so it reads the JSON directly and
+its typed sections (custom ops, buckets, plan) through the same records the host writes.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.codec import RecordError, parse
+from specdec.pipeline.records.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, BucketTable, CustomOps
+from specdec.pipeline.records.plan import TunePlan
 
-SUPPORTED_SCHEMA = 1
+SUPPORTED_SCHEMA = MANIFEST_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -37,8 +41,9 @@ class BundleInfo:
     eos_token_ids: tuple[int, ...]
     tokenizer_dir: Path
     stages: tuple[str, ...]
-    custom_ops: dict[str, Any] | None = None
-    buckets: dict[str, Any] | None = None
+    custom_ops: CustomOps | None = None
+    buckets: BucketTable | None = None  # set: a compiled bundle, run from its bucket graphs
+    plan: TunePlan | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -48,14 +53,16 @@ class BundleInfo:
 
 def read_bundle(path: str | Path) -> BundleInfo:
     root = Path(path)
-    manifest_path = root / "manifest.json"
+    manifest_path = root / MANIFEST_NAME
     if not manifest_path.is_file():
-        raise BundleError(f"'{root}' is not a specdec bundle (no manifest.json)",
+        raise BundleError(f"'{root}' is not a specdec bundle (no {MANIFEST_NAME})",
                           "pass a directory written by `specdec export` or a later stage")
     try:
         raw = json.loads(manifest_path.read_text())
     except json.JSONDecodeError as exc:
         raise BundleError(f"{manifest_path} is not valid JSON ({exc})", "re-create the bundle") from exc
+    if not isinstance(raw, dict):
+        raise BundleError(f"{manifest_path} is not a JSON object", "re-create the bundle")
     version = raw.get("schema_version")
     if not isinstance(version, int) or version > SUPPORTED_SCHEMA:
         raise BundleError(f"bundle '{root}' has schema {version}, this runtime reads {SUPPORTED_SCHEMA}",
@@ -82,13 +89,20 @@ def read_bundle(path: str | Path) -> BundleInfo:
     if "target" not in graphs:
         raise BundleError(f"bundle '{root}' has no target graph", "re-create the bundle with `specdec export`")
     tokenizer = raw.get("tokenizer", {})
+    try:
+        custom_ops: CustomOps | None = parse(CustomOps | None, raw.get("custom_ops"), "custom_ops")
+        buckets: BucketTable | None = parse(BucketTable | None, raw.get("buckets"), "buckets")
+        plan: TunePlan | None = parse(TunePlan | None, raw.get("plan"), "plan")
+    except RecordError as exc:
+        raise BundleError(f"{manifest_path} is invalid at {exc}", "re-create the bundle") from None
     return BundleInfo(
         path=root,
         graphs=graphs,
         eos_token_ids=tuple(int(t) for t in tokenizer.get("eos_token_ids", [])),
         tokenizer_dir=root / tokenizer.get("dir", "tokenizer"),
         stages=tuple(entry.get("stage", "") for entry in raw.get("lineage", [])),
-        custom_ops=raw.get("custom_ops"),
-        buckets=raw.get("buckets"),
+        custom_ops=custom_ops,
+        buckets=buckets,
+        plan=plan,
         raw=raw,
     )

@@ -8,13 +8,15 @@ tokens fed together (causal for a prefill, ancestors for a tree, identity for a 
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from specdec.pipeline.runtime.graph import Graph, SessionOptions
 from specdec.pipeline.runtime.kv import KVCache
 from specdec.pipeline.runtime.manifest import GraphInfo
+from specdec.pipeline.runtime.tree import ancestor_matrix
 
 
 class Runner(Protocol):
@@ -74,6 +76,13 @@ def build_mask(dtype: np.dtype, neg: float, committed: int, width: int, scratch_
 def causal_mask(length: int, past: int, dtype: np.dtype, neg: float) -> np.ndarray:
     """Additive causal mask [1, 1, length, past + length] over a fully valid past."""
     return build_mask(dtype, neg, past, past, no_scratch(length), causal(length))
+
+
+def tree_mask(parents: Sequence[int] | np.ndarray, past: int, dtype: np.dtype[Any]) -> np.ndarray:
+    """Additive mask [1, 1, n, past + n] of a token tree (parents precede children) on a valid past:
+    each node sees the past, its ancestors and itself. Used by the stages' validations."""
+    visible = ancestor_matrix(np.asarray(parents, np.int64))
+    return build_mask(dtype, np.finfo(dtype).min, past, past, no_scratch(visible.shape[0]), visible)
 
 
 class DynamicRunner:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.pipeline.errors import BundleError, GenerationError
+from specdec.pipeline.errors import BundleError, GenerationError, setting
 from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, default_op_inputs, make_session
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo
 from specdec.pipeline.runtime.runner import build_mask
@@ -43,13 +43,14 @@ class StaticRunner:
         self._ort = ort
         self.info = info
         self.options = options or SessionOptions()
-        table = (bundle.buckets or {}).get("graphs", {}).get(info.role)
-        if not table:
+        buckets = bundle.buckets
+        table = buckets.graphs.get(info.role) if buckets is not None else None
+        if buckets is None or not table:
             raise BundleError(f"compiled bundle '{bundle.path}' has no buckets for the {info.role}",
                               "re-run `specdec compile`")
-        self.capacity = int(bundle.buckets["max_context"])  # type: ignore[index]
-        self.prefill_chunk = int(bundle.buckets.get("prefill_chunk", 0))  # type: ignore[union-attr]
-        self._files = {int(v["q"]): bundle.path / (v.get("ort_file") or v["file"]) for v in table}
+        self.capacity = buckets.max_context
+        self.prefill_chunk = buckets.prefill_chunk
+        self._files = {v.q: bundle.path / v.runtime_file for v in table}
         self.sizes = sorted(self._files)
         self._buckets: dict[int, _Bucket] = {}
         self.dtype = np.dtype(info.dtype)
@@ -98,7 +99,7 @@ class StaticRunner:
         if self._length + self._scratch + q > self.capacity:
             raise GenerationError(
                 f"the {self.info.role} KV buffer of {self.capacity} slots is full",
-                "compile with a larger --max-context or generate fewer tokens",
+                f"compile with a larger {setting('max_context')} or generate fewer tokens",
             )
         if q > self.sizes[-1]:
             return self._chunked(ids, positions, scratch_visible, new_visible, extra_inputs, extra_outputs,
@@ -193,7 +194,7 @@ class StaticRunner:
         """
         if any(np.ndim(value) for value in (extra_inputs or {}).values()):
             raise GenerationError(f"a tree of {np.size(ids)} nodes exceeds the largest bucket ({self.sizes[-1]})",
-                                  "lower --tree-budget or compile with larger --buckets")
+                                  f"lower {setting('tree_budget')} or compile with larger {setting('buckets')}")
         chunk = self.prefill_chunk if self.prefill_chunk in self.sizes else self.sizes[-1]
         ids, positions = np.asarray(ids).reshape(-1), np.asarray(positions).reshape(-1)
         logits_parts: list[np.ndarray] = []

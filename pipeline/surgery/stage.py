@@ -1,8 +1,9 @@
 """`specdec surgery`: insert DynamicTreePrune (draft) and BlockSparseVerify (target) as ONNX functions.
 
-Each pass is a rewrite rule in its own module with a `check` that says why a graph does not
-qualify and an `apply`. The result is validated: the surgered graph's op outputs must equal the
-numpy reference applied to the original graph's logits, and `onnx.checker` (full) must pass.
+Each pass is a rewrite rule in its own module (pipeline/passes/, shared with compile) with a
+`check` that says why a graph does not qualify and an `apply`. The result is validated: the
+surgered graph's op outputs must equal the numpy reference applied to the original graph's
+logits, and `onnx.checker` (full) must pass.
 """
 
 from __future__ import annotations
@@ -21,33 +22,24 @@ from specdec.custom_ops.block_sparse_verify import block_sparse_verify
 from specdec.custom_ops.dynamic_tree_prune import dynamic_tree_prune
 from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
 from specdec.pipeline.errors import BundleError, ValidationError
-from specdec.pipeline.export.torch_graph import describe_io
+from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
+from specdec.pipeline.passes import PASSES, prune_pass
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.surgery import prune_pass, verify_pass
+from specdec.pipeline.records.manifest import CustomOpGraph, CustomOps
+from specdec.pipeline.runtime.config import PruneParams
+from specdec.pipeline.runtime.runner import tree_mask
 
 log = logging.getLogger(__name__)
-
-PASSES: tuple[ModuleType, ...] = (prune_pass, verify_pass)
-_EXTERNAL_DATA_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
 class SurgeryConfig:
     output: Path
-    max_k: int = 8
+    max_k: int = PruneParams.max_k
     force: bool = False
 
     def record(self) -> dict[str, Any]:
         return {"max_k": self.max_k}
-
-
-def load_model(path: Path) -> onnx.ModelProto:
-    return onnx.load(str(path), load_external_data=True)
-
-
-def save_model(model: onnx.ModelProto, path: Path) -> None:
-    external = model.ByteSize() > _EXTERNAL_DATA_BYTES
-    onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data" if external else None)
 
 
 def _check_bundle(bundle: Bundle) -> None:
@@ -58,13 +50,13 @@ def _check_bundle(bundle: Bundle) -> None:
         raise BundleError(f"bundle '{bundle.path}' is compiled", "run surgery before `specdec compile`")
 
 
-def _apply(pass_module: ModuleType, model: onnx.ModelProto, config: SurgeryConfig, graph_file: str) -> dict[str, Any]:
+def _apply(pass_module: ModuleType, model: onnx.ModelProto, config: SurgeryConfig, graph_file: str) -> CustomOpGraph:
     reason = pass_module.check(model)
     if reason is not None:
         raise BundleError(f"{graph_file} does not qualify for {pass_module.OP.schema.name}: {reason}",
                           "pass a bundle written by `specdec export`")
     kwargs = {"max_k": config.max_k} if pass_module is prune_pass else {}
-    record: dict[str, Any] = pass_module.apply(model, **kwargs)
+    record: CustomOpGraph = pass_module.apply(model, **kwargs)
     onnx.checker.check_model(model, full_check=True)
     return record
 
@@ -73,22 +65,20 @@ def surgery_bundle(config: SurgeryConfig, source: Bundle, progress: Progress | N
     progress = progress or SilentProgress()
     _check_bundle(source)
     manifest = source.manifest.model_copy(deep=True)
-    records: dict[str, Any] = {}
+    records: dict[str, CustomOpGraph] = {}
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
-        graph_files = {spec.file for spec in manifest.graphs.values()}
-        writer.copy_from(source, exclude={rel for rel in source.manifest.files
-                                          if rel.split(".onnx")[0] + ".onnx" in graph_files})
+        writer.copy_from(source, exclude=graph_files(source.manifest.files, (s.file for s in manifest.graphs.values())))
         for pass_module in PASSES:
             role = pass_module.ROLE
             spec = manifest.graphs[role]
             with progress.task(f"inserting {pass_module.OP.schema.name} into {spec.file}"):
-                model = load_model(source.graph_path(role))
+                model = load_graph(source.graph_path(role))
                 records[role] = _apply(pass_module, model, config, spec.file)
                 out = writer.dir / spec.file
-                save_model(model, out)
+                save_graph(model, out)
                 validate_surgery(source.graph_path(role), out, role, config.max_k)
             spec.inputs, spec.outputs = describe_io(out)
-        manifest.custom_ops = {"domain": DOMAIN, "version": VERSION, "graphs": records}
+        manifest.custom_ops = CustomOps(domain=DOMAIN, version=VERSION, graphs=records)
         manifest.reports["surgery"] = {"validated": True}
         return writer.finish(manifest, stage="surgery", config=config.record(), inputs=input_digests(source))
 
@@ -107,8 +97,6 @@ def validate_surgery(before: Path, after: Path, role: str, max_k: int, seed: int
     """The surgered graph's op outputs must equal the reference applied to the original logits."""
     import onnxruntime as ort
 
-    from specdec.pipeline.export.validate import tree_mask
-
     original = ort.InferenceSession(str(before), providers=["CPUExecutionProvider"])
     surgered = ort.InferenceSession(str(after), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(seed)
@@ -122,14 +110,15 @@ def validate_surgery(before: Path, after: Path, role: str, max_k: int, seed: int
         elif value.name == "position_ids":
             feeds[value.name] = (3 + depths)[None].astype(np.int64)
         elif value.name == "attention_mask":
-            feeds[value.name] = tree_mask(tuple(parents.tolist()), 3, np.dtype(dtype))
+            feeds[value.name] = tree_mask(parents, 3, np.dtype(dtype))
         else:
             shape = [1, value.shape[1], 3, value.shape[3]]
             feeds[value.name] = rng.normal(size=shape).astype(dtype)
     logits = original.run(["logits"], feeds)[0][0].astype(np.float32)
     if role == "draft":
-        scalars = {"temperature": 0.9, "entropy_low": 0.8, "entropy_high": 2.5, "beta_base": 0.3, "rho_min": 0.05,
-                   "rho_max": 0.6}
+        prune = PruneParams()
+        scalars = {"temperature": 0.9, "entropy_low": prune.entropy_low, "entropy_high": prune.entropy_high,
+                   "beta_base": prune.beta_base, "rho_min": prune.rho_min, "rho_max": prune.rho_max}
         got = surgered.run(["cand_ids", "keep"], {**feeds, **{k: np.array(v, np.float32) for k, v in scalars.items()}})
         ids, _, keep, _ = dynamic_tree_prune(logits, max_k=max_k, **scalars)
         same = np.array_equal(got[0], ids) and np.array_equal(got[1], keep)

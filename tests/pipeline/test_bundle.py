@@ -129,3 +129,19 @@ def test_copy_from_copies_not_links(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "target.onnx").read_bytes() == b"graph"
     Bundle.load(tmp_path / "a")  # the input still verifies
     assert Bundle.load(tmp_path / "b").stages() == ["export", "noop"]
+
+
+def test_typed_sections_are_validated_alike_on_host_and_device(tmp_path: Path) -> None:
+    from specdec.pipeline.runtime.manifest import read_bundle
+
+    _write(tmp_path / "b")
+    raw = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert "plan" not in raw and raw["buckets"] is None  # schema 1's shape: no plan section until one is written
+    raw["buckets"] = {"max_context": 64, "prefill_chunk": 8, "format": "onnx", "profile": "local-cpu",
+                      "graphs": {"target": [{"q": "eight", "file": "t.onnx", "ort_file": None, "inputs": [],
+                                             "outputs": []}]}}
+    (tmp_path / "b" / "manifest.json").write_text(json.dumps(raw))
+    with pytest.raises(BundleError, match=r"'buckets.graphs.target.0.q': Input should be a valid int"):
+        Bundle.load(tmp_path / "b", verify=False)
+    with pytest.raises(BundleError, match=r"'buckets.graphs.target.0.q': Input should be a valid int"):
+        read_bundle(tmp_path / "b")

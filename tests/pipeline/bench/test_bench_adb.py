@@ -16,6 +16,7 @@ from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.errors import DeviceError
 from specdec.pipeline.profiles import Transport
+from specdec.pipeline.records.codec import dump
 
 pytestmark = pytest.mark.adb
 runner = CliRunner()
@@ -42,7 +43,7 @@ def test_full_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_fi
     cool = {"cpu0": 36000, "gpu": 34000, "battery": 30000}  # below the profile's 40 °C start temperature
     device = make_standin(python=sys.executable, model="Pixel Standin", thermal_zones=cool)
     outcome = run_bench(_config(tmp_path / "out", device.serial, prompts_file, cooldown=True), bench_bundle)
-    results = outcome.results
+    results = dump(outcome.results)
     assert not results["partial"] and results["lossless"]["equal"]
     assert results["device"]["model"] == "Pixel Standin" and results["device"]["transport"] == "adb"
     f = results["figures"]
@@ -102,7 +103,7 @@ def test_device_lost_mid_run_keeps_partial_results(adb_environ, make_standin, be
         _reap(device.root)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["partial"] and "device lost" in results["partial_reason"]
-    assert outcome.results["details"]["tokens"]["plain"] + outcome.results["details"]["tokens"]["speculative"] > 0
+    assert outcome.results.details.tokens.plain + outcome.results.details.tokens.speculative > 0
     assert "Partial results" in (tmp_path / "out" / "summary.md").read_text()
 
 

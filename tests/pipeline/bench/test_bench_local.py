@@ -9,8 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
+from specdec.pipeline.bench.analysis import HIGHER_IS_BETTER, LOWER_IS_BETTER
+from specdec.pipeline.bench.gates import REGRESSION_FIGURES
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.records.results import Figures, read_results
 
 runner = CliRunner()
 STAGE_SLICES = {"Draft_Generate", "Prune_Controller", "Target_Verify", "KV_Commit"}
@@ -27,7 +30,7 @@ def local_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def test_results_json_has_every_figure(local_run) -> None:  # type: ignore[no-untyped-def]
     results = json.loads((local_run.output / "results.json").read_text())
-    assert results["schema"] == "specdec.bench/1" and not results["partial"]
+    assert results["schema"] == "specdec.bench/2" and not results["partial"]
     f = results["figures"]
     for name in ("speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
                  "predicted_speedup", "cost_ratio_r", "fixed_call_ms", "ttft_ms", "peak_memory_mb"):
@@ -40,6 +43,23 @@ def test_results_json_has_every_figure(local_run) -> None:  # type: ignore[no-un
     # the host has no battery: power must be reported unavailable, never invented
     if f["energy_per_token_mj"] is None:
         assert "energy_per_token_mj" in results["unavailable"]
+
+
+def test_results_json_reads_back_into_the_record(local_run) -> None:  # type: ignore[no-untyped-def]
+    results = read_results((local_run.output / "results.json").read_text())
+    assert results == local_run.results
+    assert results.config.decode.tree_budget == 16 and results.config.sources["tree_budget"] == "profile local-cpu"
+    assert results.config.sources["max_new_tokens"] == "options" and results.config.sources["beta_base"] == "defaults"
+    assert set(HIGHER_IS_BETTER | LOWER_IS_BETTER | set(REGRESSION_FIGURES)) <= set(Figures.names())
+
+
+def test_a_tree_larger_than_the_buckets_is_clamped_with_a_note(bench_bundle, prompts_file: Path,  # type: ignore[no-untyped-def]
+                                                                 tmp_path: Path) -> None:
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, max_new_tokens=6,
+                                    tree_budget=40), bench_bundle)
+    assert outcome.results.config.decode.tree_budget == 16  # the largest target bucket
+    assert outcome.results.config.sources["tree_budget"].startswith("buckets (clamped from 40, options")
+    assert any("tree_budget 40 (options) exceeds the largest compiled bucket" in w for w in outcome.results.warnings)
 
 
 def test_trace_is_chrome_trace_json_with_named_slices(local_run) -> None:  # type: ignore[no-untyped-def]
@@ -89,7 +109,7 @@ def _inflated_baseline(results: Path, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("kwargs,message", [
     ({"asserts": ("speed>=1",)}, "unknown figure 'speed'"),
     ({"asserts": ("speedup is fast",)}, "is not 'FIGURE OP NUMBER'"),
-    ({"repeats": 0}, "--repeats"),
+    ({"repeats": 0}, "repeats must be at least 1"),
     ({"profile": "pixel-8"}, "is for the adb transport"),
 ])
 def test_bad_options_fail_before_running(bench_bundle, tmp_path: Path, kwargs, message) -> None:  # type: ignore[no-untyped-def]

@@ -10,6 +10,8 @@ import zipfile
 from pathlib import Path
 
 from specdec.pipeline.bench.payload import build_payload, bundle_files, write_runtime_zip
+from specdec.pipeline.records.results import RunSpec
+from specdec.pipeline.runtime.config import DecodeConfig
 
 BLOCKED = ["torch", "transformers", "onnxscript", "onnx", "pydantic", "tokenizers", "yaml", "typer", "rich",
            "matplotlib", "scipy"]
@@ -26,8 +28,8 @@ def test_zip_is_deterministic(tmp_path: Path) -> None:
 
 def test_device_runner_runs_from_the_zip_alone(bench_bundle, tmp_path: Path) -> None:
     """Only the zip provides specdec (the editable install is hidden); torch and friends are blocked."""
-    spec = {"decode": {"max_new_tokens": 6}, "prompts": [[5, 6, 7]], "repeats": 1, "threads": 1,
-            "controllers": {"enabled": ["fallback"]}}
+    spec = RunSpec(decode=DecodeConfig(max_new_tokens=6), prompts=[[5, 6, 7]], repeats=1, threads=1,
+                   controllers={"enabled": ["fallback"]})
     payload = build_payload(bench_bundle, spec, tmp_path / "payload")
     assert set(bundle_files(bench_bundle)) == {p.relative_to(payload / "bundle").as_posix()
                                                for p in (payload / "bundle").rglob("*.onnx")}

@@ -12,6 +12,7 @@ import pytest
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
 from specdec.pipeline.errors import BundleError, GenerationError, InputError
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.static import StaticRunner
@@ -32,7 +33,7 @@ def bundles(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def test_every_variant_is_static_and_loads(bundles) -> None:  # type: ignore[no-untyped-def]
     compiled: Bundle = bundles["compiled"]
-    table = compiled.manifest.buckets
+    table = dump(compiled.manifest.buckets)
     assert table["max_context"] == 96
     assert [v["q"] for v in table["graphs"]["target"]] == [1, 4, 8, 16]
     assert [v["q"] for v in table["graphs"]["draft"]] == [1, 4, 16]

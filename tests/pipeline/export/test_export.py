@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from specdec.pipeline.bundle import Bundle
@@ -63,16 +62,6 @@ def test_validation_catches_a_wrong_graph(pair_factory, tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="differs from PyTorch"):
         validate.enforce(checks, "target.onnx")
     assert bundle.manifest.reports["export"]["validation"] == "skipped (--no-validate)"
-
-
-def test_tree_mask_semantics() -> None:
-    from specdec.pipeline.export.validate import tree_mask
-
-    mask = tree_mask((-1, 0, 0, 1), past=2, dtype=np.dtype("float32"))[0, 0]
-    visible = mask == 0
-    assert visible[:, :2].all()
-    assert visible[3, 2:].tolist() == [True, True, False, True]  # node 3 sees root, its parent 1, itself
-    assert visible[2, 2:].tolist() == [True, False, True, False]
 
 
 @pytest.mark.slow

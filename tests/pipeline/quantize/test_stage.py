@@ -13,6 +13,7 @@ import pytest
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError, InputError, ValidationError
 from specdec.pipeline.quantize import QuantizeConfig, quality, quantize_bundle
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.runner import causal_mask
@@ -58,7 +59,7 @@ def test_graphs_are_valid_int4_and_close_to_float(quantized, method: str) -> Non
         before, after = _prefill_logits(source.path / f"{role}.onnx", ids), _prefill_logits(path, ids)
         # 4-bit weights carry ~9% relative noise each; the logits must stay well within that order.
         assert np.linalg.norm(after - before) < 0.2 * np.linalg.norm(before), (role, method)
-    record = bundle.manifest.quantization["graphs"]
+    record = dump(bundle.manifest.quantization)["graphs"]
     assert record["target"]["method"] == method and record["target"]["accuracy_level"] == 0  # lossless default
     layers = record["target"]["layers"]
     assert layers["lm_head"]["bits"] == 8 and layers["model.layers.0.mlp.down_proj"]["bits"] == 8
@@ -92,9 +93,9 @@ def test_awq_scales_inputs_and_gptq_records_damping(quantized) -> None:  # type:
     bundles = quantized[1]
     model = onnx.load(str(bundles["awq"].path / "target.onnx"))
     scaled = [node for node in model.graph.node if node.op_type == "Mul" and node.input[1].endswith(".awq_inv_scale")]
-    awq_layers = bundles["awq"].manifest.quantization["graphs"]["target"]["layers"]
+    awq_layers = dump(bundles["awq"].manifest.quantization)["graphs"]["target"]["layers"]
     assert len(scaled) == sum(1 for r in awq_layers.values() if r["alpha"] > 0) > 0
-    gptq_layers = bundles["gptq"].manifest.quantization["graphs"]["draft"]["layers"]
+    gptq_layers = dump(bundles["gptq"].manifest.quantization)["graphs"]["draft"]["layers"]
     assert all(r["damp"] > 0 for r in gptq_layers.values())
 
 
@@ -119,7 +120,7 @@ def test_tied_head_and_quantized_embeddings(bundle_factory, tmp_path: Path) -> N
         onnx.checker.check_model(model, full_check=True)
         ops = [node.op_type for node in model.graph.node]
         assert "Gather" not in ops and ops.count("GatherBlockQuantized") == 1 and "Transpose" not in ops[:3]
-        record = bundle.manifest.quantization["graphs"][role]
+        record = dump(bundle.manifest.quantization)["graphs"][role]
         assert record["embeddings"]["model.embed_tokens"]["bits"] == bits
         assert record["layers"]["lm_head"]["bits"] == bits
         floats = [init for init in model.graph.initializer if init.data_type == onnx.TensorProto.FLOAT]
@@ -132,7 +133,7 @@ def test_gemm_layers(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no
     bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="rtn", **SMALL), bundle_factory("gpt2"))
     model = onnx.load(str(bundle.path / "target.onnx"))
     onnx.checker.check_model(model, full_check=True)
-    record = bundle.manifest.quantization["graphs"]["target"]
+    record = dump(bundle.manifest.quantization)["graphs"]["target"]
     assert record["layers"]["transformer.h.0.attn.c_attn"]["bits"] == 8
     assert record["layers"]["transformer.h.1.mlp.c_proj"]["bits"] == 4 and record["layers"]["lm_head"]["bits"] == 8
     assert record["embeddings"]["transformer.wte"]["bits"] == "float"
@@ -179,7 +180,7 @@ def test_keep_float_and_short_calibration(bundle_factory, tmp_path: Path) -> Non
     config = QuantizeConfig(output=tmp_path / "q", method="awq", keep_float=("*mlp*", "lm_head"), calib=calib,
                             **SMALL)
     bundle = quantize_bundle(config, bundle_factory("llama"))
-    layers = bundle.manifest.quantization["graphs"]["target"]["layers"]
+    layers = dump(bundle.manifest.quantization)["graphs"]["target"]["layers"]
     assert layers["lm_head"] == {"bits": "float", "reason": "--keep-float"}
     assert all(r["bits"] == "float" for name, r in layers.items() if ".mlp." in name)
     assert layers["model.layers.1.self_attn.o_proj"]["bits"] == 4
@@ -193,7 +194,7 @@ def test_explicit_group_size_leaves_layers_it_does_not_divide_float(
     config = QuantizeConfig(output=tmp_path / "q", method="rtn", group_size=128, **SMALL)
     with caplog.at_level("WARNING", logger="specdec"):
         bundle = quantize_bundle(config, quantized[0])
-    layers = bundle.manifest.quantization["graphs"]["draft"]["layers"]
+    layers = dump(bundle.manifest.quantization)["graphs"]["draft"]["layers"]
     assert layers["model.layers.0.mlp.down_proj"]["block_size"] == 128  # K = 128
     assert layers["model.layers.0.self_attn.q_proj"] == {"bits": "float",
                                                           "reason": "group size 128 does not divide its width 64"}
@@ -215,7 +216,7 @@ def test_bad_input(quantized, bundle_factory, tmp_path: Path) -> None:  # type: 
         QuantizeConfig(output=tmp_path / "m", method="int3")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="already exists"):
         quantize_bundle(QuantizeConfig(output=bundles["rtn"].path, **SMALL), source)
-    with pytest.raises(InputError, match="--calib file .* does not exist"):
+    with pytest.raises(InputError, match="calib file .* does not exist"):
         QuantizeConfig(output=tmp_path / "x", calib=tmp_path / "missing.txt")
     assert not any(tmp_path.iterdir())  # nothing half-written
 
@@ -225,7 +226,7 @@ def test_perplexity_gate_fails_without_writing(quantized, monkeypatch: pytest.Mo
                                     "perplexity_increase_pct": 4.0}}}
     quality.enforce(report, 5.0)
     with pytest.raises(ValidationError, match=r"target perplexity rose from 10 to 10\.4 \(\+4\.00%\), above "
-                                              r"--max-ppl-increase 1%"):
+                                              r"max_ppl_increase 1%"):
         quality.enforce(report, 1.0)
 
     measured: dict[str, Any] = {}
@@ -239,6 +240,6 @@ def test_perplexity_gate_fails_without_writing(quantized, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(quality, "evaluate", evaluate)
     out = tmp_path / "gated"
-    with pytest.raises(ValidationError, match="above --max-ppl-increase 10%"):
+    with pytest.raises(ValidationError, match="above max_ppl_increase 10%"):
         quantize_bundle(QuantizeConfig(output=out, method="rtn", max_ppl_increase=10.0, **SMALL), quantized[0])
     assert measured and not out.exists() and not any(tmp_path.iterdir())

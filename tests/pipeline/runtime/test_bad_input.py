@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.errors import BundleError, GenerationError, InputError
-from specdec.pipeline.generate import Generator, PromptItem, load_prompts
+from specdec.pipeline.generate import Generator
+from specdec.pipeline.prompts import PromptItem, load_prompts
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 
@@ -65,9 +66,9 @@ def test_bundle_without_draft_cannot_speculate(bundle_factory, tmp_path: Path) -
 def test_unknown_mode_and_bad_options() -> None:
     with pytest.raises(InputError, match="unknown mode 'beam'.*greedy, match, rrs"):
         DecodeConfig(mode="beam")  # type: ignore[arg-type]
-    with pytest.raises(InputError, match="--mode greedy needs --temperature 0"):
+    with pytest.raises(InputError, match="mode greedy needs temperature 0"):
         DecodeConfig(mode="greedy", temperature=0.5)  # type: ignore[arg-type]
-    with pytest.raises(InputError, match="--top-p"):
+    with pytest.raises(InputError, match="top_p must be in"):
         DecodeConfig(top_p=0.0)
 
 

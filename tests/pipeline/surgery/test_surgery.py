@@ -15,6 +15,7 @@ import pytest
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
@@ -35,7 +36,7 @@ def test_ops_are_model_local_functions(surgered) -> None:  # type: ignore[no-unt
         assert op in {f.name for f in model.functions}
         assert any(o.domain == "com.endpoint.ai" and o.version == 1 for o in model.opset_import)
         ort.InferenceSession(str(bundle.path / f"{role}.onnx"))  # no registration, no custom-op library
-    record = bundle.manifest.custom_ops
+    record = dump(bundle.manifest.custom_ops)
     assert record["domain"] == "com.endpoint.ai" and record["graphs"]["target"]["outputs"] == [
         "accepted", "accepted_len", "next_token"]
     assert bundle.stages() == ["export", "surgery"]

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import onnx
 
 from specdec.custom_ops.registry import OPS
-from specdec.pipeline.surgery import graph_edit
+from specdec.pipeline.passes import graph_edit
+from specdec.pipeline.records.manifest import CustomOpGraph
 
 OP = OPS["DynamicTreePrune"]
 ROLE = "draft"
@@ -19,7 +18,7 @@ def check(model: onnx.ModelProto) -> str | None:
     return graph_edit.check_op_after_logits(model, OP.schema.name, SCALAR_INPUTS)
 
 
-def apply(model: onnx.ModelProto, *, max_k: int) -> dict[str, Any]:
+def apply(model: onnx.ModelProto, *, max_k: int) -> CustomOpGraph:
     logits = graph_edit.squeeze_batch_as_float(model, "logits", "prune")
     for name in SCALAR_INPUTS:
         graph_edit.add_input(model, name, "float", [])
@@ -29,5 +28,5 @@ def apply(model: onnx.ModelProto, *, max_k: int) -> dict[str, Any]:
                "entropy": ("float", [q])}
     for name, (dtype, shape) in outputs.items():
         graph_edit.add_output(model, name, dtype, shape)
-    return {"op": OP.schema.name, "attributes": {"max_k": max_k}, "inputs": list(SCALAR_INPUTS),
-            "outputs": list(outputs)}
+    return CustomOpGraph(op=OP.schema.name, attributes={"max_k": max_k}, inputs=list(SCALAR_INPUTS),
+                         outputs=list(outputs))

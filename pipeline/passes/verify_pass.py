@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import onnx
 
 from specdec.custom_ops.registry import OPS
-from specdec.pipeline.surgery import graph_edit
+from specdec.pipeline.passes import graph_edit
+from specdec.pipeline.records.manifest import CustomOpGraph
 
 OP = OPS["BlockSparseVerify"]
 ROLE = "target"
@@ -31,7 +30,7 @@ def check(model: onnx.ModelProto) -> str | None:
     return reason
 
 
-def apply(model: onnx.ModelProto) -> dict[str, Any]:
+def apply(model: onnx.ModelProto) -> CustomOpGraph:
     q = graph_edit.output_shape(model, "logits")[1]  # type: ignore[index]
     logits = graph_edit.squeeze_batch_as_float(model, "logits", "verify")
     tokens = "verify_tree_tokens"
@@ -45,5 +44,5 @@ def apply(model: onnx.ModelProto) -> dict[str, Any]:
     outputs = {"accepted": ("int64", [q]), "accepted_len": ("int64", []), "next_token": ("int64", [])}
     for name, (dtype, shape) in outputs.items():
         graph_edit.add_output(model, name, dtype, shape)
-    return {"op": OP.schema.name, "attributes": {}, "inputs": list(NEW_INPUTS), "outputs": list(outputs),
-            "host_modes": ["rrs"]}
+    return CustomOpGraph(op=OP.schema.name, attributes={}, inputs=list(NEW_INPUTS), outputs=list(outputs),
+                         host_modes=["rrs"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from specdec.pipeline.surgery import prune_pass, verify_pass
+from specdec.pipeline.passes import prune_pass, verify_pass
 
 CONTRACT_GRAPH = """
 <ir_version: 8, opset_import: ["" : 18]>
@@ -39,9 +39,9 @@ def test_contract_graph_qualifies_and_checks(rule) -> None:  # type: ignore[no-u
     assert rule.check(model) is None
     record = rule.apply(model, max_k=4) if rule is prune_pass else rule.apply(model)
     onnx.checker.check_model(model, full_check=True)
-    assert [n.op_type for n in model.graph.node if n.domain == "com.endpoint.ai"] == [record["op"]]
-    assert {f.name for f in model.functions} >= {record["op"]}
-    assert set(record["outputs"]) <= {o.name for o in model.graph.output}
+    assert [n.op_type for n in model.graph.node if n.domain == "com.endpoint.ai"] == [record.op]
+    assert {f.name for f in model.functions} >= {record.op}
+    assert set(record.outputs) <= {o.name for o in model.graph.output}
     assert rule.check(model) is not None and "already contains" in rule.check(model)
 
 

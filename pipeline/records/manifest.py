@@ -1,0 +1,138 @@
+"""Typed sections of a bundle's manifest.json that stages write and the device runtime reads.
+
+`specdec.pipeline.bundle.Manifest` (pydantic, host only) holds these records as field types and
+`specdec.pipeline.runtime.manifest` (device) reads the same records without pydantic, so both
+sides agree on one definition. Their JSON is what manifest schema 1 has always held.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specdec.pipeline.records.codec import OMIT_DEFAULT
+
+MANIFEST_NAME = "manifest.json"
+# Version of the manifest's on-disk shape. Bump it when the JSON changes shape (a new key that
+# older readers would reject, a changed meaning), and keep older bundles loading or failing
+# with a BundleError that names the fix. Adding the `plan` section (records/plan.py) will.
+MANIFEST_SCHEMA = 1
+
+
+@dataclass
+class TensorSpec:
+    """One graph input or output: name, numpy dtype name, shape (ints, or names of dynamic dims)."""
+
+    name: str
+    dtype: str
+    shape: list[int | str]
+
+
+# ---- custom ops (written by surgery) -------------------------------------------------------------
+
+@dataclass
+class CustomOpGraph:
+    """Where surgery put one custom op: its graph inputs and outputs and the op's attributes."""
+
+    op: str
+    attributes: dict[str, int]
+    inputs: list[str]
+    outputs: list[str]
+    host_modes: list[str] = field(default_factory=list, metadata=OMIT_DEFAULT)  # modes the op leaves to the host
+
+
+@dataclass
+class CustomOps:
+    domain: str
+    version: int
+    graphs: dict[str, CustomOpGraph]  # by role: target, draft
+
+
+# ---- quantization (written by quantize) ----------------------------------------------------------
+
+@dataclass
+class LayerQuantization:
+    """One linear layer or embedding table: its bits (4, 8 or "float") and how it got them."""
+
+    bits: int | str
+    reason: str | None = field(default=None, metadata=OMIT_DEFAULT)  # why it stayed float
+    method: str | None = field(default=None, metadata=OMIT_DEFAULT)
+    block_size: int | None = field(default=None, metadata=OMIT_DEFAULT)
+    weight_rel_error: float | None = field(default=None, metadata=OMIT_DEFAULT)
+    # what the algorithm reports (QuantResult.info): AWQ's scale search, GPTQ's damping
+    alpha: float | None = field(default=None, metadata=OMIT_DEFAULT)
+    loss_vs_rtn: float | None = field(default=None, metadata=OMIT_DEFAULT)
+    damp: float | None = field(default=None, metadata=OMIT_DEFAULT)
+    dead_inputs: float | None = field(default=None, metadata=OMIT_DEFAULT)
+
+    @property
+    def is_float(self) -> bool:
+        return self.bits == "float"
+
+
+@dataclass
+class GraphQuantization:
+    method: str
+    group_size: int | str  # an int, or "auto" (128 where the width allows, else 64 or 32)
+    symmetric: bool
+    accuracy_level: int
+    embeddings: dict[str, LayerQuantization]
+    summary: dict[str, int]  # layers per precision: int4, int8, float
+    layers: dict[str, LayerQuantization]
+
+
+@dataclass
+class Quantization:
+    format: str  # the operator the weights are stored for, e.g. MatMulNBits
+    domain: str
+    graphs: dict[str, GraphQuantization]
+
+
+# ---- buckets (written by compile) ----------------------------------------------------------------
+
+class OutputFormat(str, enum.Enum):
+    onnx = "onnx"
+    ort = "ort"
+    both = "both"
+
+
+@dataclass
+class BucketVariant:
+    """One row of the dispatch table: the static graph for `q` query tokens."""
+
+    q: int
+    file: str
+    ort_file: str | None
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+    @property
+    def stem(self) -> str:
+        return Path(self.file).stem
+
+    @property
+    def runtime_file(self) -> str:
+        """The file a runtime opens: the ORT-format one where compile wrote it."""
+        return self.ort_file or self.file
+
+
+@dataclass
+class BucketTable:
+    """The compiled bundle's dispatch table: bucket graphs over a KV buffer of `max_context` slots."""
+
+    max_context: int
+    prefill_chunk: int
+    format: OutputFormat
+    profile: str
+    graphs: dict[str, list[BucketVariant]]  # by role, ascending q
+
+    def sizes(self, role: str) -> list[int]:
+        return sorted(v.q for v in self.graphs.get(role, []))
+
+    def largest(self, role: str) -> int:
+        """The most query tokens one call of `role` takes (a tree must fit it)."""
+        return max(self.sizes(role), default=0)
+
+    def files(self) -> list[str]:
+        return sorted({v.runtime_file for variants in self.graphs.values() for v in variants})

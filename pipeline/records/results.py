@@ -1,0 +1,297 @@
+"""What a bench run sends to the device (`run.json`) and what it writes (`results.json`).
+
+`results.json` is `BenchResults` through `codec.to_dict`, and every reader (the CLI table,
+summary.md, the CI gates, a later run's `--baseline`) reads it back through `read_results`.
+
+Schema history:
+- `specdec.bench/1`: the first layout (a JSON object built by hand).
+- `specdec.bench/2`: the same figures, now written from these records. `config.decode` is the
+  full decode configuration (adds top_k, top_p, speculative) and `config.sources` says which
+  settings layer supplied each value (options, plan, scenario, profile, defaults, buckets);
+  empty latency tables are null instead of {}; `device` adds `extra` (probe notes).
+  `figures` did not change, so a `specdec.bench/1` file still serves as a `--baseline`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from specdec.pipeline.records.codec import RecordError, from_dict, json_key, to_dict
+from specdec.pipeline.records.device import CooldownResult, DeviceInfo, ThermalSnapshot
+from specdec.pipeline.runtime.config import DecodeConfig
+
+RESULTS_SCHEMA = "specdec.bench/2"
+# Earlier schemas whose `figures` are still readable (for --baseline).
+FIGURES_COMPATIBLE = ("specdec.bench/1", RESULTS_SCHEMA)
+
+
+# ---- host -> device ----------------------------------------------------------------------------
+
+@dataclass
+class RunSpec:
+    """`run.json`: everything the device runner needs besides the bundle and the runtime."""
+
+    decode: DecodeConfig
+    prompts: list[list[int]]
+    repeats: int = 1
+    threads: int = 0
+    controllers: dict[str, Any] = field(default_factory=dict)  # runtime.controllers.build_chain's spec
+    bundle: str = "bundle"  # the bundle copy, relative to run.json
+
+
+# ---- results.json ------------------------------------------------------------------------------
+
+@dataclass
+class BundleRef:
+    path: str
+    stages: list[str]
+    fingerprint: str
+    compiled: bool
+    quantized: bool
+    custom_ops: bool
+
+
+@dataclass
+class RunSettings:
+    decode: DecodeConfig
+    sources: dict[str, str]  # decode setting -> the layer that supplied it (see pipeline/settings.py)
+    prompts: int
+    repeats: int
+    prompt_ids: list[str]
+    controllers: list[str]
+
+
+@dataclass
+class Figures:
+    """The headline numbers; None where this run could not measure one (`unavailable` says why)."""
+
+    speedup: float | None = None
+    tokens_per_s: float | None = None
+    plain_tokens_per_s: float | None = None
+    latency_gain_ms: float | None = None
+    reply_ms: float | None = None
+    mean_accepted_len: float | None = None
+    acceptance_rate: float | None = None
+    predicted_speedup: float | None = None
+    cost_ratio_r: float | None = None
+    fixed_call_ms: float | None = None
+    per_node_ms: float | None = None
+    mean_tree_depth: float | None = None
+    mean_tree_size: float | None = None
+    ttft_ms: float | None = None
+    verify_p50_ms: float | None = None
+    peak_memory_mb: float | None = None
+    energy_per_token_mj: float | None = None
+    plain_energy_per_token_mj: float | None = None
+    mean_power_mw: float | None = None
+    peak_temp_c: float | None = None
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    def get(self, name: str) -> float | None:
+        if name not in self.names():
+            raise KeyError(name)
+        value: float | None = getattr(self, name)
+        return value
+
+
+@dataclass
+class Percentiles:
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    n: int
+
+
+@dataclass
+class ModeCounts:
+    plain: int = 0
+    speculative: int = 0
+
+
+@dataclass
+class ModeValues:
+    plain: float | None = None
+    speculative: float | None = None
+
+
+@dataclass
+class ModePercentiles:
+    plain: Percentiles | None = None
+    speculative: Percentiles | None = None
+
+
+@dataclass
+class RoundCounts:
+    speculative: int
+    plain: int
+    fallback: int  # rounds of a speculative reply that a controller decoded plainly
+
+
+@dataclass
+class Padding:
+    rows_padded: int
+    rows_computed: int
+    waste: float
+
+
+@dataclass
+class Details:
+    tokens: ModeCounts
+    decode_seconds: ModeValues
+    reply_ms: ModeValues
+    ttft_ms: ModePercentiles
+    stage_latency_ms: dict[str, Percentiles | None]  # per trace stage, over speculative rounds
+    plain_step_ms: Percentiles | None
+    accepted_len_histogram: dict[int, int]  # tokens emitted per round -> rounds
+    rounds: RoundCounts
+    energy_per_token_mj: ModeValues
+    padding: dict[str, Padding]  # compiled bundles: rows computed for nothing, per role
+
+
+@dataclass
+class Mismatch:
+    prompt: int
+    repeat: int
+
+
+@dataclass
+class Lossless:
+    checked: bool
+    pairs: int
+    equal: bool
+    mismatches: list[Mismatch]
+    note: str | None
+
+
+class Recommendation(str, enum.Enum):
+    on = "on"
+    off = "off"
+    unknown = "unknown"
+
+
+@dataclass
+class ScenarioVerdict:
+    gain_ms: float | None
+    recommendation: Recommendation
+
+
+@dataclass
+class EnableRule:
+    threshold_ms: float
+    gain_ms: float | None
+    recommendation: Recommendation
+    per_scenario: dict[str, ScenarioVerdict]
+
+
+@dataclass
+class ThermalEvent:
+    """A threshold crossing of the hottest zone (normal / throttle / disable)."""
+
+    name: str
+    from_state: str = field(metadata=json_key("from"))
+    to: str
+    temp_c: float
+    zone: str
+    ts_ns: int
+
+
+@dataclass
+class Thermal:
+    events: list[ThermalEvent]
+    cooldown: CooldownResult | None
+    before: ThermalSnapshot | None
+    after: ThermalSnapshot | None
+
+
+@dataclass
+class SensorSummary:
+    samples: int
+    interval_ms: int | None
+    available: dict[str, bool]
+    current_unit: str | None
+    current_unit_source: str
+    voltage_unit: str | None
+    voltage_unit_source: str
+    discharge_sign: str | None
+    discharge_sign_source: str
+    timestamp_resolution: str
+    charging: bool
+    usb_powered: bool
+
+
+@dataclass
+class ControllerSummary:
+    counts: dict[str, int]  # "controller:action" -> times
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str
+    passed: bool
+    message: str
+
+
+@dataclass(kw_only=True)
+class BenchResults:
+    schema: str = RESULTS_SCHEMA
+    tool_version: str
+    created: str
+    bundle: BundleRef
+    device: DeviceInfo
+    profile: str
+    scenario: str | None
+    config: RunSettings
+    partial: bool
+    partial_reason: str | None
+    figures: Figures
+    details: Details
+    lossless: Lossless
+    unavailable: dict[str, str]  # figure -> why it could not be measured
+    enable_rule: EnableRule
+    thermal: Thermal
+    sensors: SensorSummary | None
+    controllers: ControllerSummary
+    warnings: list[str]
+    gates: list[GateResult] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.schema != RESULTS_SCHEMA:
+            raise RecordError("schema", f"this is {self.schema}, this specdec reads {RESULTS_SCHEMA}")
+
+    def to_json(self) -> str:
+        return json.dumps(to_dict(self), indent=1) + "\n"
+
+
+def read_results(text: str) -> BenchResults:
+    """Parse results.json; RecordError (a ValueError) names the first field that does not fit."""
+    data = _json_object(text)
+    schema = data.get("schema")
+    if schema != RESULTS_SCHEMA:
+        raise RecordError("schema", f"'{schema}' is not {RESULTS_SCHEMA}")
+    return from_dict(BenchResults, data)
+
+
+def read_figures(text: str) -> Figures:
+    """Only the figures of a results.json of this or an earlier compatible schema (a --baseline)."""
+    data = _json_object(text)
+    schema = data.get("schema")
+    if schema not in FIGURES_COMPATIBLE:
+        raise RecordError("schema", f"'{schema}' is not one of {', '.join(FIGURES_COMPATIBLE)}")
+    return from_dict(Figures, data.get("figures"), "figures")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise RecordError("", f"not JSON ({exc.msg} at line {exc.lineno})") from exc
+    if not isinstance(data, dict):
+        raise RecordError("", "not a JSON object")
+    return data

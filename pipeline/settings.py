@@ -1,0 +1,200 @@
+"""The one resolver of decode settings, shared by `specdec generate` and `specdec bench`.
+
+Settings come in layers, each a partial mapping from setting name to value; for every setting
+the first layer that gives a value wins:
+
+    options (CLI flags or pipeline YAML) > bundle plan > scenario > device profile > defaults
+
+then the result is fitted to a compiled bundle: a tree may not exceed the largest target
+bucket, so a larger tree budget is clamped with a note (the same rule for generate and bench).
+The resolver records which layer supplied each value (`ResolvedSettings.sources`), and results.json
+and `generate --stats` show it.
+
+The setting names are the fields of `runtime.config.DecodeConfig` and of its `PruneParams`
+(flattened): a field added there (with its default) is a setting here, with no change to the
+precedence logic. A new source of settings is a new `Layer` in `decode_layers`, in its place.
+The built-in defaults are DecodeConfig's own: they live there and nowhere else.
+
+Controller selection (`--controllers`) and the controllers' targets from profile and scenario
+are resolved here too, for both commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
+from specdec.pipeline.records.manifest import BucketTable
+from specdec.pipeline.records.plan import TunePlan
+from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
+from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
+
+log = logging.getLogger(__name__)
+
+PRUNE_KEYS = tuple(f.name for f in dataclasses.fields(PruneParams))
+DECODE_KEYS = tuple(f.name for f in dataclasses.fields(DecodeConfig) if f.name != "prune")
+SETTING_KEYS = DECODE_KEYS + PRUNE_KEYS
+DEFAULTS = "defaults"
+BUCKETS = "buckets"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of settings: `values` maps setting names to values; None means "no opinion"."""
+
+    source: str  # shown to the user: "options", "plan", "scenario code", "profile local-cpu", ...
+    values: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.values) - set(SETTING_KEYS))
+        if unknown:  # a programming error: layers are built in code, not from user input
+            raise ValueError(f"layer '{self.source}' sets unknown decode settings {unknown}")
+
+
+@dataclass(frozen=True)
+class ResolvedSettings:
+    config: DecodeConfig
+    sources: dict[str, str]  # setting -> source of the layer that supplied it
+    notes: list[str] = field(default_factory=list)  # adjustments the user should hear about
+
+    def describe(self, keys: Sequence[str] = ("tree_budget", "depth", "width", "beta_base", "max_k")) -> str:
+        """`tree_budget 16 (profile local-cpu), depth 7 (scenario code), ...` for people."""
+        values = {**dataclasses.asdict(self.config.prune), **dataclasses.asdict(self.config)}
+        return ", ".join(f"{key} {values[key]:g} ({self.sources[key]})" if isinstance(values[key], float)
+                         else f"{key} {values[key]} ({self.sources[key]})" for key in keys)
+
+
+# ---- the layers ------------------------------------------------------------------------------
+
+def plan_layer(plan: TunePlan | None) -> Layer | None:
+    return Layer("plan", plan.decode_settings()) if plan is not None else None
+
+
+def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
+    if scenario is None:
+        return None
+    return Layer(f"scenario {scenario.name}", {
+        "entropy_low": scenario.entropy_low, "entropy_high": scenario.entropy_high, "beta_base": scenario.beta_base,
+        "rho_min": scenario.rho_min, "rho_max": scenario.rho_max, "depth": scenario.depth, "width": scenario.width})
+
+
+def profile_layer(profile: DeviceProfile) -> Layer:
+    tree = profile.tree
+    return Layer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth, "width": tree.width,
+                                             "max_k": tree.max_k})
+
+
+def defaults_layer() -> Layer:
+    defaults = DecodeConfig()
+    return Layer(DEFAULTS, {**{k: getattr(defaults, k) for k in DECODE_KEYS},
+                            **{k: getattr(defaults.prune, k) for k in PRUNE_KEYS}})
+
+
+def options_from(config: object) -> dict[str, Any]:
+    """The decode settings a stage config carries (its attributes named like settings; None = not set).
+
+    A setting added to DecodeConfig and to a stage's config reaches the resolver with no change here.
+    """
+    return {key: getattr(config, key) for key in SETTING_KEYS if hasattr(config, key)}
+
+
+def decode_layers(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
+                  plan: TunePlan | None = None) -> list[Layer]:
+    """The layers in precedence order, highest first."""
+    layers = [Layer("options", options), plan_layer(plan), scenario_layer(scenario), profile_layer(profile),
+              defaults_layer()]
+    return [layer for layer in layers if layer is not None]
+
+
+# ---- resolving -------------------------------------------------------------------------------
+
+def merge(layers: Sequence[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+    """For every setting, the value of the first layer that has one, and that layer's source."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for layer in layers:
+        for key, value in layer.values.items():
+            if value is not None and key not in values:
+                values[key] = value
+                sources[key] = layer.source
+    for layer in reversed(layers):  # None is a value too where no layer has another (e.g. mode: auto)
+        for key in layer.values:
+            if key not in values:
+                values[key] = None
+                sources[key] = layer.source
+    missing = sorted(set(SETTING_KEYS) - set(values))
+    if missing:
+        raise ValueError(f"no layer supplies {missing}; end the layers with defaults_layer()")
+    return values, sources
+
+
+def fit_to_buckets(values: dict[str, Any], sources: dict[str, str], buckets: BucketTable | None) -> list[str]:
+    """Clamp the tree budget to the largest compiled target bucket (a tree must fit one call)."""
+    if buckets is None:
+        return []
+    largest = buckets.largest("target")
+    budget = int(values["tree_budget"])
+    if largest < 1 or budget <= largest:
+        return []
+    note = (f"tree_budget {budget} ({sources['tree_budget']}) exceeds the largest compiled bucket; "
+            f"using {largest}")
+    log.info("%s", note)  # callers surface the note: bench in results.json, generate on stderr
+    values["tree_budget"] = largest
+    sources["tree_budget"] = f"{BUCKETS} (clamped from {budget}, {sources['tree_budget']})"
+    return [note]
+
+
+def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None) -> ResolvedSettings:
+    """Merge `layers` (highest precedence first), fit to `buckets`, validate into a DecodeConfig."""
+    values, sources = merge(layers)
+    notes = fit_to_buckets(values, sources, buckets)
+    prune = PruneParams(**{k: values[k] for k in PRUNE_KEYS})
+    config = DecodeConfig(**{k: values[k] for k in DECODE_KEYS if k != "prune"}, prune=prune)
+    return ResolvedSettings(config, sources, notes)
+
+
+def resolve_decode(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
+                   plan: TunePlan | None = None, buckets: BucketTable | None = None) -> ResolvedSettings:
+    """Decode settings for one run: options > plan > scenario > profile > defaults, fitted to the buckets.
+
+    `options` holds what the user set (CLI flags or pipeline YAML) by DecodeConfig/PruneParams
+    field name, None for "not set". InputError (naming the setting) when the result is invalid.
+    """
+    return resolve(decode_layers(options, profile=profile, scenario=scenario, plan=plan), buckets)
+
+
+# ---- adaptive controllers --------------------------------------------------------------------
+
+DEFAULT_CONTROLLERS = ("fallback", "thermal", "power")  # safety nets on by default; tuning ones are opt-in
+
+
+def parse_controllers(text: str | None) -> tuple[str, ...]:
+    """'all', 'none', or a comma list of controller names (None: the default set)."""
+    if text is None:
+        return DEFAULT_CONTROLLERS
+    if text.strip() in ("", "none"):
+        return ()
+    if text.strip() == "all":
+        return CONTROLLER_NAMES
+    return check_controllers(tuple(part.strip() for part in text.split(",") if part.strip()))
+
+
+def check_controllers(names: Sequence[str]) -> tuple[str, ...]:
+    unknown = [n for n in names if n not in CONTROLLER_NAMES]
+    if unknown:
+        raise InputError(f"unknown controller(s) {', '.join(unknown)}",
+                         f"use all, none or a list of: {', '.join(CONTROLLER_NAMES)}")
+    return tuple(names)
+
+
+def controller_spec(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,
+                    beta_base: float) -> dict[str, Any]:
+    """What `runtime.controllers.build_chain` needs: targets from the scenario, limits from the profile."""
+    targets = scenario.controller.model_dump() if scenario else {}
+    return {"enabled": list(names), "targets": targets, "beta_base": beta_base, "max_width": profile.tree.max_width,
+            "thermal": profile.thermal.model_dump(), "power": {"budget_w": profile.power.budget_w}}

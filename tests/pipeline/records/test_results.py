@@ -1,0 +1,27 @@
+"""results.json is written from BenchResults and read back into it; older baselines still give figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.pipeline.records.codec import RecordError
+from specdec.pipeline.records.results import RESULTS_SCHEMA, Figures, read_figures, read_results
+
+
+def test_schema_is_checked_before_anything_else() -> None:
+    with pytest.raises(RecordError, match="'specdec.bench/1' is not specdec.bench/2"):
+        read_results(json.dumps({"schema": "specdec.bench/1"}))
+    with pytest.raises(RecordError, match="not JSON"):
+        read_results("{")
+
+
+def test_a_version_1_file_still_serves_as_a_baseline() -> None:
+    figures = {name: None for name in Figures.names()} | {"speedup": 1.2, "tokens_per_s": 80}
+    old = read_figures(json.dumps({"schema": "specdec.bench/1", "figures": figures, "whatever": {}}))
+    assert old.get("speedup") == 1.2 and old.get("tokens_per_s") == 80.0 and RESULTS_SCHEMA == "specdec.bench/2"
+    with pytest.raises(RecordError, match="figures.speed"):
+        read_figures(json.dumps({"schema": RESULTS_SCHEMA, "figures": {"speed": 1.0}}))
+    with pytest.raises(KeyError):
+        old.get("speed")
