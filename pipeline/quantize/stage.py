@@ -20,12 +20,13 @@ import onnx
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, input_digests
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
+from specdec.pipeline.graph_query import Layer, find_layers, load_weight
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.quantize import calibration, quality
 from specdec.pipeline.quantize.algorithms import ALGORITHMS, LayerStats, QuantResult, QuantSpec, rtn
 from specdec.pipeline.quantize.config import AUTO_GROUP_SIZES, QuantizeConfig
 from specdec.pipeline.quantize.embeddings import apply_embeddings, find_embeddings, load_table
-from specdec.pipeline.quantize.layers import Layer, Rewrite, apply_rewrites, find_layers, load_weight
+from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
 from specdec.pipeline.quantize.packing import pack
 from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.manifest import GraphQuantization, LayerQuantization, Quantization

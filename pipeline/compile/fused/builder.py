@@ -27,7 +27,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from specdec.pipeline.compile.fused.weights import DecoderWeights, Linear, QuantWeight
-from specdec.pipeline.quantize.layers import MS_DOMAIN
+from specdec.pipeline.graph_query import MS_DOMAIN
 
 _ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
 FLAVOUR_INPUTS = ("input_ids", "position_ids", "attention_bias", "seqlens_k", "total_sequence_length")

@@ -19,7 +19,7 @@ import onnx
 from onnx import numpy_helper
 
 from specdec.pipeline.errors import UnsupportedModelError
-from specdec.pipeline.quantize.layers import MS_DOMAIN, attribute_value, find_layers, load_weight, module_name
+from specdec.pipeline.graph_query import MS_DOMAIN, attribute_value, find_layers, load_weight, module_name
 
 
 @dataclass(frozen=True)
