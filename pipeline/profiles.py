@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.models import StrictModel, validate_model
+from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
 
 # Tree and prune defaults are DecodeConfig's (the one place they live); a profile or scenario
@@ -91,6 +92,9 @@ class PowerSpec(StrictModel):
 
 
 class CompileSpec(StrictModel):
+    # cpu: fused onnxruntime contrib-op graphs with the KV cache in place (phone and desktop CPUs);
+    # npu: static-shape standard-op buckets for NNAPI/QNN-style runtimes.
+    target: GraphFlavour = GraphFlavour.cpu
     max_context: int = Field(2048, ge=16)
     buckets: list[int] = Field(default_factory=lambda: [8, 24, 48, 96])
     draft_buckets: list[int] = Field(default_factory=lambda: [1, 4, 8, 16])

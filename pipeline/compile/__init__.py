@@ -1,5 +1,5 @@
-"""Compile stage: static-shape bucket graphs over a fixed KV buffer, ORT format, readiness report."""
+"""Compile stage: the cpu flavour (fused contrib-op graphs, KV in place) or the npu flavour (static buckets)."""
 
-from specdec.pipeline.compile.stage import CompileConfig, OutputFormat, compile_bundle
+from specdec.pipeline.compile.stage import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 
-__all__ = ["CompileConfig", "OutputFormat", "compile_bundle"]
+__all__ = ["CompileConfig", "GraphFlavour", "OutputFormat", "compile_bundle"]

@@ -1,150 +1,125 @@
-"""`specdec compile`: bucketed static-shape variants of both graphs, ORT format, dispatch table.
+"""`specdec compile`: the bundle's graphs in a runtime flavour, checked against the dynamic graphs.
 
-Target buckets cover the tree sizes one verification can take (plus 1 for plain decoding),
-draft buckets the frontier sizes, and both get a prefill chunk. Every variant is simplified
-(onnxsim), optimised (onnxruntime, basic level), gets its custom ops back, and is checked
-against the dynamic graph before it is written.
+Two flavours (DESIGN §8), chosen by `--target` or the device profile's `compile.target`:
+
+- cpu (compile/fused/): onnxruntime contrib-op graphs — GroupQueryAttention with the tree mask
+  as attention bias, packed QKV, fused norms, MatMulNBits — over one KV buffer per layer that is
+  updated in place. What a phone's or a desktop's CPU runs fastest.
+- npu (compile/static_flavour.py): static-shape standard-op bucket variants over a fixed KV
+  buffer, ORT format and a readiness report, for NNAPI/QNN-style runtimes.
+
+Either way the output is a new bundle; exported graphs stay portable standard ONNX.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
-import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import onnx
-
 from specdec.pipeline import profiles
-from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, input_digests
-from specdec.pipeline.compile.optimize import ort_optimize, simplify, to_ort_format
-from specdec.pipeline.compile.readiness import readiness
-from specdec.pipeline.compile.static_graph import dynamic_dims, make_static, strip_custom_ops
-from specdec.pipeline.compile.validate import validate_bucket
-from specdec.pipeline.errors import BundleError, InputError, setting
-from specdec.pipeline.graph_io import describe_io, load_graph
-from specdec.pipeline.passes import BY_ROLE
+from specdec.pipeline.bundle import Bundle, BundleWriter, Manifest, input_digests
+from specdec.pipeline.compile.fused.flavour import FUSED_ARCHITECTURES, compile_fused
+from specdec.pipeline.compile.static_flavour import BUCKET_DIR, compile_static
+from specdec.pipeline.errors import BundleError, InputError, UnsupportedModelError, setting
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, OutputFormat
+from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
 
 log = logging.getLogger(__name__)
 
-BUCKET_DIR = "buckets"
-__all__ = ["BUCKET_DIR", "CompileConfig", "OutputFormat", "compile_bundle"]
+__all__ = ["BUCKET_DIR", "CompileConfig", "GraphFlavour", "OutputFormat", "compile_bundle"]
+
+
+@dataclass(frozen=True)
+class CompileSettings:
+    """A CompileConfig with the profile's defaults filled in and checked."""
+
+    flavour: GraphFlavour
+    flavour_from_profile: bool
+    buckets: tuple[int, ...]
+    draft_buckets: tuple[int, ...]
+    max_context: int
+    prefill_chunk: int
+    format: OutputFormat
+    profile: str
 
 
 @dataclass(frozen=True)
 class CompileConfig:
     output: Path
     profile: str = "local-cpu"
-    buckets: tuple[int, ...] | None = None  # target verification buckets; profile's when None
+    target: GraphFlavour | None = None  # graph flavour; the profile's compile.target when None
+    buckets: tuple[int, ...] | None = None  # target verification buckets (npu); profile's when None
     draft_buckets: tuple[int, ...] | None = None
     max_context: int | None = None
     prefill_chunk: int | None = None
     format: OutputFormat = OutputFormat.both
     force: bool = False
 
-    def resolve(self) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    def resolve(self) -> CompileSettings:
         spec = profiles.load_device(self.profile).compile
+        flavour = self.target or spec.target
         buckets = self.buckets or tuple(spec.buckets)
         draft = self.draft_buckets or tuple(spec.draft_buckets)
         context = self.max_context or spec.max_context
         chunk = self.prefill_chunk or spec.prefill_chunk
-        for name, values in (("buckets", buckets), ("draft_buckets", draft)):
-            if values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
-                raise InputError(f"{setting(name)} must be increasing and at least 1, got {list(values)}",
-                                 f"pass e.g. {setting('buckets')} 8,24,48,96")
-        largest = max(*buckets, *draft, chunk)
-        if context <= largest:
-            raise InputError(f"{setting('max_context')} {context} is not larger than the largest bucket ({largest})",
-                             f"raise {setting('max_context')} or use smaller buckets")
-        return buckets, draft, context, chunk
+        if flavour is GraphFlavour.npu:  # the cpu flavour runs any tree size: buckets do not apply
+            for name, values in (("buckets", buckets), ("draft_buckets", draft)):
+                if values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
+                    raise InputError(f"{setting(name)} must be increasing and at least 1, got {list(values)}",
+                                     f"pass e.g. {setting('buckets')} 8,24,48,96")
+            largest = max(*buckets, *draft, chunk)
+            if context <= largest:
+                raise InputError(f"{setting('max_context')} {context} is not larger than the largest bucket "
+                                 f"({largest})", f"raise {setting('max_context')} or use smaller buckets")
+        return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, self.format,
+                               self.profile)
 
     def record(self) -> dict[str, Any]:
-        buckets, draft, context, chunk = self.resolve()
-        return {"profile": self.profile, "buckets": list(buckets), "draft_buckets": list(draft),
-                "max_context": context, "prefill_chunk": chunk, "format": self.format.value}
+        settings = self.resolve()
+        return {"profile": self.profile, "target": settings.flavour.value, "buckets": list(settings.buckets),
+                "draft_buckets": list(settings.draft_buckets), "max_context": settings.max_context,
+                "prefill_chunk": settings.prefill_chunk, "format": self.format.value}
 
 
-def _variant(source: Path, role: str, q: int, capacity: int, spec: GraphSpec, custom: CustomOps | None,
-             scratch: Path) -> tuple[onnx.ModelProto, str]:
-    model = load_graph(source)
-    strip_custom_ops(model)
-    make_static(model, q=q, capacity=capacity, num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-                vocab=spec.vocab_size)
-    model, simplified = simplify(model)
-    model = ort_optimize(model, scratch)
-    record = custom.graphs.get(role) if custom is not None else None
-    if record is not None:  # re-insert the custom op the source bundle had
-        rule = BY_ROLE[role]
-        reason = rule.check(model)
-        if reason is not None:
-            raise BundleError(f"cannot re-insert {record.op} into the {role} q={q} variant: {reason}",
-                              "report this with SPECDEC_DEBUG=1 output")
-        rule.apply(model, **record.attributes)
-    left = dynamic_dims(model)
-    if left:
-        raise BundleError(f"{role} q={q} variant still has dynamic dims in {left}", "report this bug")
-    return model, simplified
+Flavour = Callable[[Bundle, Manifest, Path, CompileSettings, Progress], None]
+FLAVOURS: dict[GraphFlavour, Flavour] = {GraphFlavour.cpu: compile_fused, GraphFlavour.npu: compile_static}
+
+
+def _flavour(settings: CompileSettings, manifest: Manifest) -> GraphFlavour:
+    """The flavour to build: the cpu flavour needs a Llama-family decoder (it rebuilds the graph)."""
+    if settings.flavour is not GraphFlavour.cpu:
+        return settings.flavour
+    unsupported = sorted({spec.architecture for spec in manifest.graphs.values()} - FUSED_ARCHITECTURES)
+    if not unsupported:
+        return GraphFlavour.cpu
+    if not settings.flavour_from_profile:
+        raise UnsupportedModelError(
+            f"--target cpu builds Llama-family graphs ({', '.join(sorted(FUSED_ARCHITECTURES))}), not "
+            f"{', '.join(unsupported)}", "compile with --target npu (standard ops, any architecture)")
+    log.warning("the cpu flavour does not cover %s; compiling the npu flavour instead", ", ".join(unsupported))
+    return GraphFlavour.npu
 
 
 def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
     progress = progress or SilentProgress()
     if source.manifest.buckets:
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
-    buckets, draft_buckets, capacity, chunk = config.resolve()
+    settings = config.resolve()
     manifest = source.manifest.model_copy(deep=True)
     for role, spec in manifest.graphs.items():
-        if capacity > spec.max_position_embeddings:
-            raise InputError(f"{setting('max_context')} {capacity} exceeds the {role}'s "
+        if settings.max_context > spec.max_position_embeddings:
+            raise InputError(f"{setting('max_context')} {settings.max_context} exceeds the {role}'s "
                              f"{spec.max_position_embeddings} positions",
                              f"use {setting('max_context')} {spec.max_position_embeddings} or less")
-    sizes = {"target": sorted({1, *buckets, chunk}), "draft": sorted({*draft_buckets, chunk})}
-    table: dict[str, list[BucketVariant]] = {}
-    validation: dict[str, float] = {}
-    simplify_notes: dict[str, str] = {}
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer, \
-            tempfile.TemporaryDirectory() as scratch:
+    flavour = _flavour(settings, manifest)
+    if flavour is not settings.flavour:  # the fallback: check the npu flavour's settings too
+        settings = dataclasses.replace(config, target=flavour).resolve()
+    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         writer.copy_from(source)
-        out_dir = writer.dir / BUCKET_DIR
-        out_dir.mkdir()
-        total = sum(len(v) for v in sizes.values())
-        with progress.task("compiling bucket variants", total=total) as task:
-            for role, qs in sizes.items():
-                spec = manifest.graphs[role]
-                rows = []
-                for q in qs:
-                    name = f"{role}_q{q}"
-                    task.describe(f"compiling {name}")
-                    model, note = _variant(source.graph_path(role), role, q, capacity, spec, manifest.custom_ops,
-                                           Path(scratch))
-                    path = out_dir / f"{name}.onnx"
-                    onnx.save(model, str(path))
-                    validation[name] = validate_bucket(source.graph_path(role), path, q=q, capacity=capacity,
-                                                       dtype=spec.dtype)
-                    simplify_notes[name] = note
-                    inputs, outputs = describe_io(path)
-                    rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs))
-                    task.advance()
-                table[role] = rows
-        if config.format is not OutputFormat.onnx:
-            with progress.task("converting to ORT format"):
-                produced = to_ort_format(out_dir)
-            for variants in table.values():
-                for variant in variants:
-                    if variant.stem not in produced:
-                        raise BundleError(f"ORT conversion did not produce {variant.stem}.ort", "try --format onnx")
-                    variant.ort_file = f"{BUCKET_DIR}/{variant.stem}.ort"
-        with progress.task("checking mobile readiness"):
-            ready = {v.stem: readiness(writer.dir / v.file) for variants in table.values() for v in variants}
-        if config.format is OutputFormat.ort:
-            for variants in table.values():
-                for variant in variants:
-                    (writer.dir / variant.file).unlink()
-                    variant.file = variant.ort_file or variant.file
-        manifest.buckets = BucketTable(max_context=capacity, prefill_chunk=chunk, format=config.format,
-                                       profile=config.profile, graphs=table)
-        manifest.reports["compile"] = {"max_abs_diff": validation, "simplify": simplify_notes, "readiness": ready}
+        FLAVOURS[flavour](source, manifest, writer.dir, settings, progress)
         return writer.finish(manifest, stage="compile", config=config.record(), inputs=input_digests(source))

@@ -16,8 +16,9 @@ from specdec.pipeline.records.codec import OMIT_DEFAULT
 MANIFEST_NAME = "manifest.json"
 # Version of the manifest's on-disk shape. Bump it when the JSON changes shape (a new key that
 # older readers would reject, a changed meaning), and keep older bundles loading or failing
-# with a BundleError that names the fix. Adding the `plan` section (records/plan.py) will.
-MANIFEST_SCHEMA = 1
+# with a BundleError that names the fix. 2: compiled graph flavours (`buckets.flavour`,
+# `buckets.fused`) and the tuned `plan`; schema-1 bundles load unchanged.
+MANIFEST_SCHEMA = 2
 
 
 @dataclass
@@ -97,6 +98,33 @@ class OutputFormat(str, enum.Enum):
     both = "both"
 
 
+class GraphFlavour(str, enum.Enum):
+    """How compile shapes the graphs (DESIGN §8, "graph flavours").
+
+    cpu: onnxruntime contrib ops (GroupQueryAttention, SkipSimplifiedLayerNormalization, packed
+         QKV, MatMulNBits), dynamic shapes, one KV buffer per layer updated in place;
+    npu: standard ops, static shapes per query bucket over a fixed KV buffer (NNAPI/QNN-style).
+    """
+
+    cpu = "cpu"
+    npu = "npu"
+
+
+@dataclass
+class FusedGraph:
+    """The cpu flavour's graph for one role: any number of query tokens, the KV buffer in place."""
+
+    file: str
+    ort_file: str | None
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    ops: dict[str, int]  # node count by op type (domain-qualified for contrib ops)
+
+    @property
+    def runtime_file(self) -> str:
+        return self.ort_file or self.file
+
+
 @dataclass
 class BucketVariant:
     """One row of the dispatch table: the static graph for `q` query tokens."""
@@ -119,20 +147,28 @@ class BucketVariant:
 
 @dataclass
 class BucketTable:
-    """The compiled bundle's dispatch table: bucket graphs over a KV buffer of `max_context` slots."""
+    """What compile wrote: its flavour's graphs over a KV buffer of `max_context` slots.
+
+    npu: `graphs` is the dispatch table of static bucket variants; cpu: `fused` holds one graph
+    per role and `graphs` is empty (any tree size runs, so nothing limits the tree budget).
+    """
 
     max_context: int
     prefill_chunk: int
     format: OutputFormat
     profile: str
     graphs: dict[str, list[BucketVariant]]  # by role, ascending q
+    flavour: GraphFlavour = field(default=GraphFlavour.npu, metadata=OMIT_DEFAULT)
+    fused: dict[str, FusedGraph] = field(default_factory=dict, metadata=OMIT_DEFAULT)
 
     def sizes(self, role: str) -> list[int]:
         return sorted(v.q for v in self.graphs.get(role, []))
 
     def largest(self, role: str) -> int:
-        """The most query tokens one call of `role` takes (a tree must fit it)."""
+        """The most query tokens one call of `role` takes (a tree must fit it); 0: no limit."""
         return max(self.sizes(role), default=0)
 
     def files(self) -> list[str]:
-        return sorted({v.runtime_file for variants in self.graphs.values() for v in variants})
+        files = {v.runtime_file for variants in self.graphs.values() for v in variants}
+        files |= {graph.runtime_file for graph in self.fused.values()}
+        return sorted(files)

@@ -17,6 +17,7 @@ import numpy as np
 
 from specdec.custom_ops.block_sparse_verify import Mode, block_sparse_verify, sample_token, target_probs, verify_rrs
 from specdec.pipeline.errors import BundleError, GenerationError
+from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
 from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.runtime.graph import SessionOptions
@@ -38,12 +39,21 @@ class RoundController(Protocol):
 
 
 def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) -> Runner:
-    """A static bucketed runner for compiled bundles, the dynamic one otherwise."""
-    if bundle.buckets is not None:
-        from specdec.pipeline.runtime.static import StaticRunner
+    """The runner of the bundle's compiled flavour (fused cpu graphs, static npu buckets), else dynamic."""
+    buckets = bundle.buckets
+    if buckets is None:
+        return DynamicRunner(info, options)
+    if buckets.flavour is GraphFlavour.cpu:
+        from specdec.pipeline.runtime.fused import FusedRunner
 
-        return StaticRunner(info, bundle, options)
-    return DynamicRunner(info, options)
+        graph = buckets.fused.get(info.role)
+        if graph is None:
+            raise BundleError(f"compiled bundle '{bundle.path}' has no fused {info.role} graph",
+                              "re-run `specdec compile`")
+        return FusedRunner(info, bundle.path / graph.runtime_file, buckets.max_context, options)
+    from specdec.pipeline.runtime.static import StaticRunner
+
+    return StaticRunner(info, bundle, options)
 
 
 class Engine:

@@ -60,6 +60,15 @@ def test_full_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_fi
     assert not list((device.root / "data/local/tmp/specdec").glob("*")), "remote work dir left behind"
 
 
+def test_bench_over_adb_runs_the_fused_cpu_flavour(adb_environ, make_standin, bench_bundle_cpu, prompts_file,  # type: ignore[no-untyped-def]
+                                                    tmp_path) -> None:
+    device = make_standin(python=sys.executable)
+    outcome = run_bench(_config(tmp_path / "out", device.serial, prompts_file), bench_bundle_cpu)
+    results = dump(outcome.results)
+    assert not results["partial"] and results["lossless"]["equal"]
+    assert results["figures"]["mean_accepted_len"] >= 1
+
+
 def test_cli_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
     device = make_standin(python=sys.executable)
     result = runner.invoke(app, ["bench", str(bench_bundle.path), "--device", "adb", "--serial", device.serial,

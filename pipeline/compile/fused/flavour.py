@@ -1,0 +1,96 @@
+"""The cpu flavour of `specdec compile`: fused contrib-op graphs over an in-place KV buffer.
+
+Per role: read the decoder's weights out of the bundle graph (weights.py), emit the fused graph
+(builder.py), put back the custom op surgery inserted, save, and check it against the dynamic
+graph the way the runtime will run it (validate.py). For the target, also measure which batch
+invariance the graph has (runtime/invariance.py): it decides whether speculation on it is
+bitwise exact in the tree layout, or only in the exact (chain) layout.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specdec.pipeline.bundle import Bundle, Manifest
+from specdec.pipeline.compile.fused.builder import build_decoder
+from specdec.pipeline.compile.fused.validate import validate_fused
+from specdec.pipeline.compile.fused.weights import read_decoder
+from specdec.pipeline.compile.optimize import to_ort_format
+from specdec.pipeline.errors import BundleError
+from specdec.pipeline.graph_io import describe_io, load_graph, save_graph
+from specdec.pipeline.passes import BY_ROLE
+from specdec.pipeline.progress import Progress
+from specdec.pipeline.records.manifest import BucketTable, FusedGraph, GraphFlavour, OutputFormat
+from specdec.pipeline.runtime.fused import FusedRunner
+from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.invariance import measure
+from specdec.pipeline.runtime.manifest import read_bundle
+
+if TYPE_CHECKING:
+    import onnx
+
+    from specdec.pipeline.compile.stage import CompileSettings
+
+log = logging.getLogger(__name__)
+
+FUSED_DIR = "cpu"
+FUSED_ARCHITECTURES = frozenset({"llama", "mistral", "qwen2"})
+
+
+def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
+    counts = Counter(f"{node.domain}.{node.op_type}" if node.domain else node.op_type for node in model.graph.node)
+    return dict(sorted(counts.items()))
+
+
+def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: CompileSettings,
+                  progress: Progress) -> None:
+    """Write the fused graphs under `out`/cpu and set `manifest.buckets` and its report."""
+    graphs: dict[str, FusedGraph] = {}
+    validation: dict[str, float] = {}
+    report: dict[str, Any] = {"flavour": GraphFlavour.cpu.value}
+    (out / FUSED_DIR).mkdir()
+    dynamic = read_bundle(source.path).graphs
+    with progress.task("building fused cpu graphs", total=len(manifest.graphs)) as task:
+        for role, spec in manifest.graphs.items():
+            task.describe(f"building the fused {role} graph")
+            weights = read_decoder(load_graph(source.graph_path(role)), num_kv_heads=spec.num_kv_heads,
+                                   head_dim=spec.head_dim, dtype=spec.dtype)
+            model = build_decoder(weights, max_positions=settings.max_context)
+            custom = manifest.custom_ops.graphs.get(role) if manifest.custom_ops is not None else None
+            if custom is not None:  # the op surgery put after the logits goes after the new logits
+                rule = BY_ROLE[role]
+                reason = rule.check(model)
+                if reason is not None:
+                    raise BundleError(f"cannot re-insert {custom.op} into the fused {role} graph: {reason}",
+                                      "report this with SPECDEC_DEBUG=1 output")
+                rule.apply(model, **custom.attributes)
+            ops = _op_counts(model)
+            path = out / FUSED_DIR / f"{role}.onnx"
+            save_graph(model, path)
+            del model
+            runner = FusedRunner(replace(dynamic[role], file=path), path, settings.max_context,
+                                 SessionOptions(threads=1))
+            validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size)
+            if role == "target":
+                report["invariance"] = measure(runner, spec.vocab_size).as_dict()
+            inputs, outputs = describe_io(path)
+            graphs[role] = FusedGraph(f"{FUSED_DIR}/{role}.onnx", None, inputs, outputs, ops)
+            task.advance()
+    if settings.format is not OutputFormat.onnx:
+        with progress.task("converting to ORT format"):
+            produced = to_ort_format(out / FUSED_DIR)
+        for role, graph in graphs.items():
+            if role not in produced:
+                raise BundleError(f"ORT conversion did not produce {role}.ort", "try --format onnx")
+            graph.ort_file = f"{FUSED_DIR}/{role}.ort"
+            if settings.format is OutputFormat.ort:
+                (out / graph.file).unlink()
+                graph.file = graph.ort_file
+    manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=0, format=settings.format,
+                                   profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs)
+    report["max_abs_diff"] = validation
+    manifest.reports["compile"] = report

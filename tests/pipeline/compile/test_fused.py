@@ -1,0 +1,130 @@
+"""`specdec compile --target cpu`: fused contrib-op graphs, the KV buffer in place, exact decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.errors import UnsupportedModelError
+from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.runtime.fused import FusedRunner
+from specdec.pipeline.runtime.runner import causal, no_scratch
+from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+ARCHS = ("llama", "qwen2", "mistral")
+
+
+def _cpu(bundle: Bundle, out: Path, **kwargs: object) -> Bundle:
+    config = CompileConfig(output=out, target=GraphFlavour.cpu, max_context=96, format=OutputFormat.onnx, **kwargs)  # type: ignore[arg-type]
+    return compile_bundle(config, bundle)
+
+
+@pytest.fixture(scope="module")
+def fused(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("fused")
+    built = {arch: _cpu(bundle_factory(arch), root / arch) for arch in ARCHS}
+    surgered = surgery_bundle(SurgeryConfig(output=root / "surgered"), bundle_factory("llama"))
+    built["surgered"] = _cpu(surgered, root / "surgered-cpu")
+    return built
+
+
+def _prompts(count: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, vocab, size=int(rng.integers(1, 14))).tolist() for _ in range(count)]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_graph_is_fused_and_validated(fused, arch: str) -> None:  # type: ignore[no-untyped-def]
+    bundle: Bundle = fused[arch]
+    table = bundle.manifest.buckets
+    assert table is not None and table.flavour is GraphFlavour.cpu and not table.graphs
+    ops = table.fused["target"].ops
+    layers = bundle.manifest.graphs["target"].num_layers
+    assert ops["com.microsoft.GroupQueryAttention"] == layers
+    assert ops["com.microsoft.SkipSimplifiedLayerNormalization"] == 2 * layers
+    assert "Expand" not in ops and "Softmax" not in ops  # no generic attention left
+    report = bundle.manifest.reports["compile"]
+    assert max(report["max_abs_diff"].values()) <= 1e-5
+    assert report["invariance"]["chain"]  # the exact layout holds on this machine's kernels
+
+
+@pytest.mark.parametrize("arch", [*ARCHS, "surgered"])
+def test_greedy_speculative_equals_plain(fused, arch: str) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(fused[arch].path)
+    assert isinstance(engine.target, FusedRunner)
+    accepted = []
+    for prompt in _prompts(5, engine.vocab):
+        for exact in (False, True):
+            plain = engine.generate(prompt, DecodeConfig(max_new_tokens=20, speculative=False, exact_layout=exact))
+            spec = engine.generate(prompt, DecodeConfig(max_new_tokens=20, exact_layout=exact))
+            assert spec.output_ids == plain.output_ids
+            accepted.append(spec.mean_accepted_len)
+    assert np.mean(accepted) > 1.0
+
+
+def test_same_tokens_as_the_dynamic_bundle(fused, bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    dynamic, compiled = Engine(bundle_factory("llama").path), Engine(fused["llama"].path)
+    for prompt in _prompts(4, dynamic.vocab, seed=3):
+        config = DecodeConfig(max_new_tokens=24, speculative=False)
+        assert compiled.generate(prompt, config).output_ids == dynamic.generate(prompt, config).output_ids
+
+
+def test_exact_layout_trees_are_chains_and_plain_steps_are_padded(fused) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(fused["llama"].path)
+    reply = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=16, exact_layout=True, tree_budget=8, width=3))
+    for stats in reply.speculative_rounds:
+        assert stats.tree_size == stats.tree_depth + 1  # a single path
+    calls: list[int] = []
+    forward = engine.target.forward
+
+    def spy(ids, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(int(np.size(ids)))
+        return forward(ids, *args, **kwargs)
+
+    engine.target.forward = spy  # type: ignore[method-assign]
+    engine.generate([5], DecodeConfig(max_new_tokens=6, speculative=False, exact_layout=True))
+    assert calls and min(calls) >= 2  # never a single row, prefill of one token included
+
+
+def test_the_kv_buffer_is_updated_in_place(fused) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(fused["llama"].path)
+    runner = engine.target
+    assert isinstance(runner, FusedRunner)
+    pointers = [b.ctypes.data for b in runner.buffers]
+    runner.reset()
+    runner.forward(np.arange(1, 9), np.arange(8), no_scratch(8), causal(8))
+    runner.commit(np.arange(8))
+    before = [b[:, :, :8].copy() for b in runner.buffers]
+    tail = [b[:, :, 12:].copy() for b in runner.buffers]
+    runner.forward(np.array([3, 4, 5]), 8 + np.array([0, 1, 1]), no_scratch(3),
+                   np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], bool))
+    runner.commit([0, 2])  # keep the root and its second child
+    assert [b.ctypes.data for b in runner.buffers] == pointers  # never reallocated
+    assert all(np.array_equal(b[:, :, :8], old) for b, old in zip(runner.buffers, before, strict=True))
+    assert all(np.array_equal(b[:, :, 12:], old) for b, old in zip(runner.buffers, tail, strict=True))
+    assert runner.length == 10
+
+
+def test_ort_format_and_the_flavour_default_from_the_profile(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    compiled = compile_bundle(CompileConfig(output=tmp_path / "c", max_context=96), bundle_factory("llama"))
+    table = compiled.manifest.buckets
+    assert table is not None and table.flavour is GraphFlavour.cpu  # local-cpu's compile.target
+    assert table.fused["target"].runtime_file.endswith(".ort")
+    engine = Engine(compiled.path)
+    assert engine.generate([5, 6], DecodeConfig(max_new_tokens=8)).output_ids == \
+        engine.generate([5, 6], DecodeConfig(max_new_tokens=8, speculative=False)).output_ids
+
+
+def test_unsupported_architecture(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(UnsupportedModelError, match="--target npu"):
+        _cpu(bundle_factory("gpt2"), tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    fallback = compile_bundle(CompileConfig(output=tmp_path / "y", max_context=96, format=OutputFormat.onnx,
+                                            buckets=(4, 8), draft_buckets=(1, 4), prefill_chunk=16),
+                              bundle_factory("gpt2"))
+    assert fallback.manifest.buckets is not None and fallback.manifest.buckets.flavour is GraphFlavour.npu
