@@ -49,12 +49,32 @@ def render(summary: dict[str, Any]) -> None:
         lineage.add_row(entry["stage"], entry["created"], entry["tool_version"],
                         json.dumps(entry["config"], sort_keys=True), entry["fingerprint"][:12])
     out.print(lineage)
+    render_compiled(summary)
     validation = summary["reports"].get("export", {}).get("validation")
     if isinstance(validation, dict):
         for role, report in validation.items():
             worst = max(report["checks"], key=lambda c: c["max_abs_diff"])
             out.print(f"validation {role}: passed, worst {worst['case']}/{worst['output']} "
                       f"max |diff| {worst['max_abs_diff']:.2g}")
+
+
+def render_compiled(summary: dict[str, Any]) -> None:
+    """The compiled flavour: fused graphs with their ops (cpu), or the bucket table (npu)."""
+    table = summary.get("buckets")
+    if not table:
+        return
+    flavour = table.get("flavour", "npu")
+    out.print(f"compiled: {flavour} flavour, KV buffer {table['max_context']} slots, format {table['format']}, "
+              f"profile {table['profile']}")
+    for role, graph in table.get("fused", {}).items():
+        ops = ", ".join(f"{op} ×{count}" for op, count in graph["ops"].items())
+        out.print(f"  {role}: {graph.get('ort_file') or graph['file']} — {ops}")
+    for role, variants in table.get("graphs", {}).items():
+        out.print(f"  {role} buckets: q ∈ {{{', '.join(str(v['q']) for v in variants)}}}")
+    invariance = summary["reports"].get("compile", {}).get("invariance")
+    if invariance:
+        out.print(f"  batch invariance (target): single row {invariance['single_row']}, exact-layout chain "
+                  f"{invariance['chain']}, tree {invariance['tree']}")
 
 
 def inspect(
