@@ -16,6 +16,7 @@ from specdec.cli import (
     profiles_cmd,
     quantize_cmd,
     surgery_cmd,
+    tune_cmd,
 )
 from specdec.cli.console import guarded, out, refresh_width, setup_logging
 
@@ -55,6 +56,8 @@ COMMANDS = (
      "Quantize weights to INT4 MatMulNBits (AWQ, GPTQ or RTN) with a quality report."),
     ("compile", compile_cmd.compile_,
      "Compile bucketed static-shape graphs (fixed KV buffer), ORT format, readiness report."),
+    ("tune", tune_cmd.tune,
+     "Measure the device's cost curve and acceptance; store the tree that maximizes tokens/s as the plan."),
     ("bench", bench_cmd.bench,
      "Plain vs speculative decoding on a device: latency, acceptance, power, thermal, CI gates."),
     ("generate", generate_cmd.generate, "Stream text with speculative decoding from any bundle."),

@@ -32,9 +32,17 @@ def bench(
     temperature: float = typer.Option(0.0, help="0 = greedy (outputs compared for losslessness)."),
     mode: VerifyMode = typer.Option(None, help="Verification mode (greedy / match / rrs)."),
     seed: int = typer.Option(0, help="Philox seed."),
-    tree_budget: int = typer.Option(None, "--tree-budget", help="Tree nodes per round (profile's by default)."),
-    depth: int = typer.Option(None, help="Tree depth (profile's or scenario's by default)."),
-    width: int = typer.Option(None, help="Frontier width (profile's or scenario's by default)."),
+    tree_budget: int = typer.Option(None, "--tree-budget", help="Tree nodes per round (the plan's by default)."),
+    depth: int = typer.Option(None, help="Tree depth (the plan's, scenario's or profile's by default)."),
+    width: int = typer.Option(None, help="Frontier width (the plan's, scenario's or profile's by default)."),
+    tune: bool = typer.Option(True, "--tune/--no-tune",
+                              help="Without a plan for this device in the bundle, measure the device's cost curve "
+                                   "and the acceptance first and plan the tree (else: profile/scenario tree)."),
+    calib: Path = typer.Option(None, "--calib", help="Calibration prompts for tuning (JSONL; default: prompts of "
+                                                     "--prompts the run does not measure)."),
+    exact_layout: bool = typer.Option(None, "--exact-layout/--tree-layout",
+                                      help="Exact layout (chains, no single-row calls: bitwise-exact decoding); "
+                                           "default on for int8-compute bundles."),
     threads: int = typer.Option(None, help="onnxruntime threads on the device (profile's by default)."),
     python: str = typer.Option(None, "--python", help="Python on the device (profile's runtime.python)."),
     cooldown: bool = typer.Option(True, "--cooldown/--no-cooldown", help="Wait for the profile's start temperature."),
@@ -51,7 +59,8 @@ def bench(
                          adb_host=adb_host, adb_port=adb_port, prompts=prompts, limit=limit,
                          max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature, mode=mode,
                          seed=seed, tree_budget=tree_budget, depth=depth, width=width, threads=threads,
-                         python=python, cooldown=cooldown, controllers=parse_controllers(controllers),
+                         python=python, cooldown=cooldown, tune=tune, calib=calib, exact_layout=exact_layout,
+                         controllers=parse_controllers(controllers),
                          asserts=tuple(assertion or ()), baseline=baseline,
                          max_regression_pct=max_regression, force=force)
     source = Bundle.load(bundle)

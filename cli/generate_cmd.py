@@ -53,6 +53,10 @@ def generate(
                                     help="Adaptive controllers: all, none, or beta,width,fallback,thermal."),
     no_speculation: bool = typer.Option(False, "--no-speculation", help="Plain decoding with the target only."),
     truncate: bool = typer.Option(False, "--truncate", help="Keep the end of prompts longer than the context."),
+    exact_layout: bool = typer.Option(None, "--exact-layout/--tree-layout",
+                                      help="Exact layout: chains only, no single-row calls, so every token is "
+                                           "computed bitwise as in plain decoding (default: on for int8-compute "
+                                           "bundles, else trees)."),
     threads: int = typer.Option(0, help="onnxruntime intra-op threads (0 = auto: 1 for small graphs, else all)."),
     stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
 ) -> None:
@@ -65,8 +69,10 @@ def generate(
     device = load_device(profile)
     info = read_bundle(bundle)
     settings = decode_settings(info, {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
-                                      "top_p": top_p, "seed": seed, "mode": mode, "speculative": not no_speculation,
-                                      "tree_budget": tree_budget, "depth": depth, "width": width}, device, template)
+                                      "top_p": top_p, "seed": seed, "mode": mode,
+                                      "speculative": False if no_speculation else None, "exact_layout": exact_layout,
+                                      "tree_budget": tree_budget, "depth": depth, "width": width}, device, template,
+                              threads=threads)
     config = settings.config
     for note in settings.notes:
         err.print(f"[yellow]warning[/]: {note}")

@@ -6,16 +6,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import GenerationError
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
 from specdec.pipeline.prompts import PromptItem
+from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine, RoundController
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.manifest import BundleInfo
 from specdec.pipeline.runtime.stats import Reply
-from specdec.pipeline.settings import ResolvedSettings, controller_spec, resolve_decode
+from specdec.pipeline.settings import ResolvedSettings, bundle_requirements, controller_spec, resolve_decode
 from specdec.pipeline.text import TextCodec
 
 
@@ -55,9 +57,13 @@ class Generator:
 
 
 def decode_settings(info: BundleInfo, options: dict[str, Any], profile: DeviceProfile,
-                    scenario: ScenarioProfile | None) -> ResolvedSettings:
-    """The settings resolver (pipeline/settings.py) with this bundle's plan and buckets, as bench uses it."""
-    return resolve_decode(options, profile=profile, scenario=scenario, plan=info.plan, buckets=info.buckets)
+                    scenario: ScenarioProfile | None, threads: int = 0) -> ResolvedSettings:
+    """The settings resolver (pipeline/settings.py) with this bundle's needs, its plan for this machine (tuned
+    with `specdec tune --device local` at the same thread count) and its buckets, as bench uses it."""
+    model, abi = LocalDevice.identity()
+    plan = info.plan.for_device(device_key("local", model, abi, threads)) if info.plan is not None else None
+    return resolve_decode(options, profile=profile, scenario=scenario, plan=plan, buckets=info.buckets,
+                          requirements=bundle_requirements(info.quantization))
 
 
 def host_controllers(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,

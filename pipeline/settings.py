@@ -3,7 +3,8 @@
 Settings come in layers, each a partial mapping from setting name to value; for every setting
 the first layer that gives a value wins:
 
-    options (CLI flags or pipeline YAML) > bundle plan > scenario > device profile > defaults
+    options (CLI flags or pipeline YAML) > bundle requirements > device plan > scenario > device profile
+    > defaults
 
 then the result is fitted to a compiled bundle: a tree may not exceed the largest target
 bucket, so a larger tree budget is clamped with a note (the same rule for generate and bench).
@@ -25,12 +26,11 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
-from specdec.pipeline.records.manifest import BucketTable
-from specdec.pipeline.records.plan import TunePlan
+from specdec.pipeline.records.manifest import BucketTable, Quantization
 from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
 from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 
@@ -63,16 +63,45 @@ class ResolvedSettings:
     notes: list[str] = field(default_factory=list)  # adjustments the user should hear about
 
     def describe(self, keys: Sequence[str] = ("tree_budget", "depth", "width", "beta_base", "max_k")) -> str:
-        """`tree_budget 16 (profile local-cpu), depth 7 (scenario code), ...` for people."""
+        """`tree_budget 16 (profile local-cpu), depth 7 (scenario code), ...` for people.
+
+        Speculation turned off and the exact layout are named first when a layer chose them.
+        """
         values = {**dataclasses.asdict(self.config.prune), **dataclasses.asdict(self.config)}
+        if not self.config.speculative:
+            keys = ("speculative",)
+        if self.config.exact_layout:
+            keys = ("exact_layout", *keys)
         return ", ".join(f"{key} {values[key]:g} ({self.sources[key]})" if isinstance(values[key], float)
                          else f"{key} {values[key]} ({self.sources[key]})" for key in keys)
 
 
+class PlanSettings(Protocol):
+    """A tuned plan for the device of the run (records.plan.DevicePlan)."""
+
+    def decode_settings(self) -> dict[str, Any]: ...
+
+
 # ---- the layers ------------------------------------------------------------------------------
 
-def plan_layer(plan: TunePlan | None) -> Layer | None:
+def plan_layer(plan: PlanSettings | None) -> Layer | None:
     return Layer("plan", plan.decode_settings()) if plan is not None else None
+
+
+def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
+    """Settings the bundle itself requires to keep its lossless promise.
+
+    Int8 activation compute (MatMulNBits accuracy level 4) quantizes each row of a call on its own,
+    so the last-bit differences between a token verified in a tree and the same token decoded
+    alone become different int8 codes and different tokens: such a target decodes in the exact
+    layout (chains, no single-row calls), where every row is computed identically.
+    """
+    target = quantization.graphs.get("target") if quantization is not None else None
+    return {"exact_layout": True} if target is not None and target.accuracy_level >= 4 else {}
+
+
+def requirements_layer(requirements: Mapping[str, Any] | None) -> Layer | None:
+    return Layer("bundle", requirements) if requirements else None
 
 
 def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
@@ -104,10 +133,10 @@ def options_from(config: object) -> dict[str, Any]:
 
 
 def decode_layers(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
-                  plan: TunePlan | None = None) -> list[Layer]:
+                  plan: PlanSettings | None = None, requirements: Mapping[str, Any] | None = None) -> list[Layer]:
     """The layers in precedence order, highest first."""
-    layers = [Layer("options", options), plan_layer(plan), scenario_layer(scenario), profile_layer(profile),
-              defaults_layer()]
+    layers = [Layer("options", options), requirements_layer(requirements), plan_layer(plan),
+              scenario_layer(scenario), profile_layer(profile), defaults_layer()]
     return [layer for layer in layers if layer is not None]
 
 
@@ -159,13 +188,15 @@ def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None) -> Reso
 
 
 def resolve_decode(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
-                   plan: TunePlan | None = None, buckets: BucketTable | None = None) -> ResolvedSettings:
-    """Decode settings for one run: options > plan > scenario > profile > defaults, fitted to the buckets.
+                   plan: PlanSettings | None = None, buckets: BucketTable | None = None,
+                   requirements: Mapping[str, Any] | None = None) -> ResolvedSettings:
+    """Decode settings for one run: options > bundle > plan > scenario > profile > defaults, fitted to the buckets.
 
     `options` holds what the user set (CLI flags or pipeline YAML) by DecodeConfig/PruneParams
     field name, None for "not set". InputError (naming the setting) when the result is invalid.
     """
-    return resolve(decode_layers(options, profile=profile, scenario=scenario, plan=plan), buckets)
+    return resolve(decode_layers(options, profile=profile, scenario=scenario, plan=plan, requirements=requirements),
+                   buckets)
 
 
 # ---- adaptive controllers --------------------------------------------------------------------

@@ -101,8 +101,8 @@ class _EventTail:
 
 def run_on_device(device: Device, profile: DeviceProfile, payload: Path, run_id: str, *, python: str,
                   cooldown: bool = True, on_event: ProgressSink | None = None,
-                  sensors: SensorArgs | None = None) -> DeviceRun:
-    info = check_device(device, profile, python)
+                  sensors: SensorArgs | None = None, info: DeviceInfo | None = None) -> DeviceRun:
+    info = info or check_device(device, profile, python)
     run = DeviceRun(info=info)
     if info.charging:
         run.warnings.append(f"{device.serial} is charging ({info.charging_source or 'source unknown'}): "

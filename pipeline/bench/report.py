@@ -48,6 +48,17 @@ def summary_markdown(results: BenchResults) -> str:
         f"Mean accepted length {_fmt(f.mean_accepted_len)} tokens/round; fixed cost per target call "
         f"{_fmt(f.fixed_call_ms)} ms + {_fmt(f.per_node_ms)} ms per tree node. Lossless: {verdict}.",
     ]
+    plan = results.plan
+    if plan is not None:
+        c = plan.choice
+        tree = (f"{c.budget} nodes, depth {c.depth}, width {c.width}, drafter {c.drafter}" if c.speculative
+                else "plain decoding")
+        lines += ["", f"**Plan** ({plan.source}, `{plan.device}`): {tree}; cost model predicts "
+                      f"{_fmt(plan.predicted_speedup)}×, measured {_fmt(plan.measured_speedup)}×. "
+                      f"Biggest difference: {plan.explanation}.",
+                  "", "| cost-model term | predicted | measured |", "|---|---|---|"]
+        lines += [f"| {t.name} | {_fmt(t.predicted)} | {_fmt(t.measured)} |" for t in plan.terms]
+        lines.append("")
     rule = results.enable_rule
     lines.append(f"Enable rule: gain {_fmt(rule.gain_ms)} ms/reply vs threshold {rule.threshold_ms:g} ms "
                  f"→ **speculation {rule.recommendation.value}**.")

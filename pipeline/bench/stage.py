@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.pipeline import profiles
-from specdec.pipeline.bench import gates
+from specdec.pipeline.bench import gates, planning
 from specdec.pipeline.bench.controls import sensor_args
-from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, run_on_device
+from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, check_device, run_on_device
 from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bench.payload import build_payload
 from specdec.pipeline.bench.prompts import BenchPrompt, load_bench_prompts
@@ -25,11 +25,13 @@ from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.profiles import Transport
+from specdec.pipeline.records.plan import DevicePlan, device_key
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.runtime.config import VerifyMode
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
     ResolvedSettings,
+    bundle_requirements,
     check_controllers,
     controller_spec,
     options_from,
@@ -38,6 +40,8 @@ from specdec.pipeline.settings import (
 from specdec.pipeline.text import TextCodec
 
 log = logging.getLogger(__name__)
+
+CALIBRATION_PROMPTS = 4
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,9 @@ class BenchConfig:
     threads: int | None = None
     python: str | None = None
     cooldown: bool = True
+    tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
+    calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
+    exact_layout: bool | None = None
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
     baseline: Path | None = None
@@ -93,11 +100,22 @@ class BenchOutcome:
         return [g for g in self.gates if not g.passed]
 
 
-def decode_settings(config: BenchConfig, profile: profiles.DeviceProfile, bundle: Bundle) -> ResolvedSettings:
+def decode_settings(config: BenchConfig, profile: profiles.DeviceProfile, bundle: Bundle,
+                    plan: DevicePlan | None = None) -> ResolvedSettings:
     """The decoding settings sent to the device, validated here so errors surface before any push."""
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
-    return resolve_decode(options_from(config), profile=profile, scenario=scenario, plan=bundle.manifest.plan,
-                          buckets=bundle.manifest.buckets)
+    return resolve_decode(options_from(config), profile=profile, scenario=scenario, plan=plan,
+                          buckets=bundle.manifest.buckets,
+                          requirements=bundle_requirements(bundle.manifest.quantization))
+
+
+def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[BenchPrompt]) -> list[list[int]]:
+    """Prompts to tune on: --calib, else prompts of the file the run does not measure, else the measured ones."""
+    if config.calib is not None:
+        return [p.ids for p in load_bench_prompts(config.calib, codec, None)][:CALIBRATION_PROMPTS]
+    every = load_bench_prompts(config.prompts, codec, None)
+    held_out = [p.ids for p in every[len(measured):]]
+    return (held_out[-CALIBRATION_PROMPTS:] if held_out else [p.ids for p in measured])[:CALIBRATION_PROMPTS]
 
 
 def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None) -> BenchOutcome:
@@ -106,27 +124,40 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}",
                          f"pass {setting('device')} {profile.transport.value} or another {setting('profile')}")
-    settings = decode_settings(config, profile, bundle)
+    settings = decode_settings(config, profile, bundle)  # checked before any device work
     codec = TextCodec(bundle.tokenizer_dir)
     prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit), bundle,
                                      config.max_new_tokens)
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
     device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
                          adb_port=config.adb_port)
+    python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
+    info = check_device(device, profile, python)
+    threads = profile.runtime.threads if config.threads is None else config.threads
+    key = device_key(config.device.value, info.model, info.abi, threads)
+    plan = planning.stored_plan(bundle, key)
+    settings = decode_settings(config, profile, bundle, plan)
+    tune = None
+    if plan is None and config.tune and bundle.manifest.graphs.get("draft") is not None:
+        tune = planning.tune_request(bundle, options_from(config), key, calibration_prompts(config, codec, prompts))
     sensors = sensor_args(device, profile, config.controllers)
     controls = controller_spec(config.controllers, profile, scenario, settings.config.prune.beta_base)
     controls["power"].update(sensors.power)
     run_spec = RunSpec(decode=settings.config, prompts=[p.ids for p in prompts], repeats=config.repeats,
-                       threads=profile.runtime.threads if config.threads is None else config.threads,
-                       controllers=controls)
-    python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
+                       threads=threads, controllers=controls, tune=tune)
     with StagedDirectory(config.output, force=config.force) as staged, tempfile.TemporaryDirectory() as scratch:
         payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
         run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
-                            on_event=on_event, sensors=sensors)
+                            on_event=on_event, sensors=sensors, info=info)
         run.warnings += settings.notes + sensors.notes + truncated
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
+        tuned = planning.tuned_plan(run.events)
+        used = plan or tuned
+        if used is not None:
+            source = "bundle" if plan is not None else "tuned on the device"
+            results = dataclasses.replace(results, plan=planning.report(used, source, run.events,
+                                                                        results.figures.speedup, tuned))
         write_outputs(staged.dir, results, run)
         outcome = BenchOutcome(results, config.output, run=run)
         outcome.gates = gates.check_assertions(list(config.asserts), results)

@@ -185,6 +185,11 @@ class LocalDevice(Device):
                     os.kill(pid, signal.SIGKILL)
 
     # --------------------------------------------------------------------------- info
+    @staticmethod
+    def identity() -> tuple[str, str | None]:
+        """(model, abi) without probing Python: what a tuned plan is keyed by (records.plan.device_key)."""
+        return _cpu_model(), platform.machine() or None
+
     def info(self, python: str | None = None) -> DeviceInfo:
         exe = python or self.profile.runtime.python
         sensors = self.profile.sensors
@@ -196,9 +201,9 @@ class LocalDevice(Device):
         py_status, errors = shell.parse_python_probe(exe, probe.stdout)
         if not py_status.found and probe.stderr.strip():
             errors["python_error"] = " ".join(probe.stderr.split())[:200]
+        model, abi = self.identity()
         return DeviceInfo(
-            serial=self.serial, transport=self.transport, model=_cpu_model(), android_version=None,
-            abi=platform.machine() or None,
+            serial=self.serial, transport=self.transport, model=model, android_version=None, abi=abi,
             battery_level=int(level_text) if level_text and level_text.isdigit() else None,
             charging=None if status is None else status == "Charging",
             charging_source="usb" if usb == "1" else None,

@@ -1,27 +1,96 @@
-"""The manifest's `plan` section: where a tuned decoding plan for one device will live.
+"""The manifest's `plan` section: tuned decoding plans, one per device they were measured on.
 
-EXTENSION POINT, deliberately empty. The planner (DESIGN §8, "cost model") fills this record
-with what it measured and chose: the target's cost curve c(q), the draft's level cost, the
-acceptance profile, the chosen tree shape, the predicted speedup and the identity of the device
-it was measured on. Until then no stage writes a plan, `Manifest.plan` stays None and is left
-out of manifest.json, so bundles keep manifest schema 1.
-
-How it plugs in:
-- `specdec.pipeline.bundle.Manifest.plan` and `runtime.manifest.BundleInfo.plan` hold it;
-  writing one changes manifest.json's shape, so bump `records.manifest.MANIFEST_SCHEMA` then.
-- `decode_settings()` is the plan's layer in the settings resolver (`specdec.pipeline.settings`):
-  it returns the decode settings the plan chose (tree_budget, depth, width, ...) keyed by
-  `DecodeConfig` field name; they rank below explicit options and above scenario and profile.
+`specdec tune` (and `specdec bench` on a device the bundle has no plan for) measures the device's
+cost curve and the bundle's acceptance on it and chooses the tree (pipeline/runtime/planner.py).
+A `DevicePlan` records what was measured and chosen; `TunePlan` holds one per device key, so a
+bundle tuned on two phones carries both. The settings resolver (pipeline/settings.py) uses the
+entry of the device a run is on, below explicit options and above scenario and profile.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass
-class TunePlan:
+class PlanChoice:
+    """A tree shape and what the cost model predicts for it (budget 1: plain decoding)."""
+
+    drafter: str
+    budget: int
+    depth: int
+    width: int
+    expected_tokens: float
+    round_ms: float
+    predicted_speedup: float
+
+    @property
+    def speculative(self) -> bool:
+        return self.budget > 1
+
+
+@dataclass
+class CostFit:
+    """A least-squares line through the measured verify costs, and its worst relative residual."""
+
+    intercept_ms: float
+    ms_per_node: float
+    max_residual: float
+
+
+@dataclass
+class DevicePlan:
+    device: str  # device_key(): transport/model/abi/threads
+    created: str
+    threads: int
+    exact_layout: bool  # the plan's trees are chains and plain steps padded (bitwise exact)
+    choice: PlanChoice
+    plain_step_ms: float
+    verify_ms: list[tuple[int, float]]  # (tree nodes, ms) as measured
+    verify_fit: CostFit
+    context: int  # tokens in the cache while verify costs were measured
+    acceptance: dict[str, dict[int, list[float]]]  # by "drafter/width": depth -> P(k-th ranked child accepted)
+    candidates: list[PlanChoice] = field(default_factory=list)
+    calibration_rounds: int = 0
+    tune_seconds: float = 0.0
+
     def decode_settings(self) -> dict[str, Any]:
-        """Decode settings this plan chose, keyed by DecodeConfig / PruneParams field name."""
-        return {}
+        """The decode settings this plan chose, by DecodeConfig field name."""
+        if not self.choice.speculative:
+            return {"speculative": False}
+        return {"tree_budget": self.choice.budget, "depth": self.choice.depth, "width": self.choice.width,
+                "exact_layout": self.exact_layout}
+
+
+@dataclass
+class TunePlan:
+    devices: list[DevicePlan] = field(default_factory=list)
+
+    def for_device(self, key: str) -> DevicePlan | None:
+        return next((plan for plan in self.devices if plan.device == key), None)
+
+    def with_plan(self, plan: DevicePlan) -> TunePlan:
+        """A copy holding `plan` instead of any earlier plan for the same device."""
+        return TunePlan([p for p in self.devices if p.device != plan.device] + [plan])
+
+
+@dataclass
+class TuneRequest:
+    """`run.json`'s tune section: what the device runner measures before (or instead of) a bench."""
+
+    prompts: list[list[int]]
+    device: str  # the key the plan is stored under (device_key, computed by the host)
+    widths: list[int] = field(default_factory=lambda: [1, 2, 4])
+    max_budget: int = 32
+    max_depth: int = 6
+    max_new_tokens: int = 48
+    repeats: int = 5
+    budgets: list[int] | None = None  # tree sizes the bundle can run (static buckets); None: any
+    pinned: list[str] = field(default_factory=list)  # tree settings the user fixed: the plan leaves them
+    only: bool = False  # `specdec tune`: measure and plan, no bench
+
+
+def device_key(transport: str, model: str, abi: str | None, threads: int) -> str:
+    """What a plan is valid for: the same kind of device, running with the same thread count."""
+    return f"{transport}/{model}/{abi or 'unknown-abi'}/threads={threads}"

@@ -19,8 +19,9 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from specdec.pipeline.records.codec import RecordError, from_dict, json_key, to_dict
+from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, from_dict, json_key, to_dict
 from specdec.pipeline.records.device import CooldownResult, DeviceInfo, ThermalSnapshot
+from specdec.pipeline.records.plan import DevicePlan, PlanChoice, TuneRequest
 from specdec.pipeline.runtime.config import DecodeConfig
 
 RESULTS_SCHEMA = "specdec.bench/2"
@@ -40,6 +41,7 @@ class RunSpec:
     threads: int = 0
     controllers: dict[str, Any] = field(default_factory=dict)  # runtime.controllers.build_chain's spec
     bundle: str = "bundle"  # the bundle copy, relative to run.json
+    tune: TuneRequest | None = None  # measure and plan the tree first (records/plan.py)
 
 
 # ---- results.json ------------------------------------------------------------------------------
@@ -238,6 +240,33 @@ class GateResult:
     message: str
 
 
+@dataclass
+class PlanTerm:
+    """One term of the cost model: what the plan predicted and what the run measured."""
+
+    name: str
+    predicted: float
+    measured: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.measured / self.predicted if self.measured is not None and self.predicted else None
+
+
+@dataclass
+class PlanReport:
+    """The tree plan the speculative runs used, its prediction next to the measurement (cost model, §8)."""
+
+    source: str  # "bundle" (a plan `specdec tune` stored) or "tuned on the device" (this run)
+    device: str
+    choice: PlanChoice
+    predicted_speedup: float
+    measured_speedup: float | None
+    terms: list[PlanTerm]
+    explanation: str  # the biggest term of the difference, in plain words
+    tuned: DevicePlan | None = None  # the plan this run measured (store it with `specdec tune`)
+
+
 @dataclass(kw_only=True)
 class BenchResults:
     schema: str = RESULTS_SCHEMA
@@ -260,6 +289,7 @@ class BenchResults:
     controllers: ControllerSummary
     warnings: list[str]
     gates: list[GateResult] = field(default_factory=list)
+    plan: PlanReport | None = field(default=None, metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
         if self.schema != RESULTS_SCHEMA:

@@ -10,19 +10,21 @@ the sensor sampler uses too.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from specdec.pipeline.records.codec import from_dict
+from specdec.pipeline.records.codec import from_dict, to_dict
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.runtime.stats import Reply
+from specdec.pipeline.runtime.tuning import apply_choice, device_plan, run_request
 
 EVENTS = "events.jsonl"
 MODES = ("plain", "speculative")
@@ -66,6 +68,7 @@ class EventLog:
                 "type": "round", "mode": mode, "prompt": prompt, "repeat": repeat, "round": stats.index,
                 "kind": stats.kind, "tree_size": stats.tree_size, "tree_depth": stats.tree_depth,
                 "accepted_len": stats.accepted_len, "draft_calls": stats.draft_calls, "bytes_out": stats.bytes_out,
+                "wall_ns": stats.wall_ns,
                 "slices": [[s.stage, self.clock.epoch(s.start_ns), s.duration_ns] for s in stats.slices],
                 "events": stats.events,
             })
@@ -91,6 +94,18 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
         log = EventLog(handle, clock)
         log.write({"type": "start", "epoch_ns": clock.epoch0, "prompts": len(prompts), "repeats": repeats,
                    "max_context": engine.max_context, "python": sys.version.split()[0]})
+        if spec.tune is not None:  # measure this device and plan the tree before measuring anything else
+            tuned = run_request(engine, spec.tune, configs["speculative"],
+                                on_step=lambda step: print(f"progress tune {step}", flush=True))
+            plan = device_plan(tuned, device=spec.tune.device, threads=spec.threads,
+                               exact_layout=configs["speculative"].exact_layout,
+                               created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+            log.write({"type": "tune", "plan": to_dict(plan)})
+            configs["speculative"] = apply_choice(configs["speculative"], tuned.plan.choice,
+                                                  frozenset(spec.tune.pinned))
+            if spec.tune.only:
+                log.write({"type": "done", "peak_rss_kb": _peak_rss_kb(), "end_ns": clock.now(), "padding": {}})
+                return 0
 
         def decode(mode: str, index: int, repeat: int, measured: bool) -> None:
             start = clock.now()

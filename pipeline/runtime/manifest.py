@@ -14,7 +14,7 @@ from typing import Any
 
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.codec import RecordError, parse
-from specdec.pipeline.records.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, BucketTable, CustomOps
+from specdec.pipeline.records.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, BucketTable, CustomOps, Quantization
 from specdec.pipeline.records.plan import TunePlan
 
 SUPPORTED_SCHEMA = MANIFEST_SCHEMA
@@ -44,6 +44,7 @@ class BundleInfo:
     custom_ops: CustomOps | None = None
     buckets: BucketTable | None = None  # set: a compiled bundle, run from its bucket graphs
     plan: TunePlan | None = None
+    quantization: Quantization | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -93,6 +94,7 @@ def read_bundle(path: str | Path) -> BundleInfo:
         custom_ops: CustomOps | None = parse(CustomOps | None, raw.get("custom_ops"), "custom_ops")
         buckets: BucketTable | None = parse(BucketTable | None, raw.get("buckets"), "buckets")
         plan: TunePlan | None = parse(TunePlan | None, raw.get("plan"), "plan")
+        quantization: Quantization | None = parse(Quantization | None, raw.get("quantization"), "quantization")
     except RecordError as exc:
         raise BundleError(f"{manifest_path} is invalid at {exc}", "re-create the bundle") from None
     return BundleInfo(
@@ -104,5 +106,6 @@ def read_bundle(path: str | Path) -> BundleInfo:
         custom_ops=custom_ops,
         buckets=buckets,
         plan=plan,
+        quantization=quantization,
         raw=raw,
     )

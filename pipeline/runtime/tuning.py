@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice, TuneRequest
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.planner import Calibration, CalibrationRound, CostCurve, Plan, plan_tree
+from specdec.pipeline.runtime.planner import Calibration, CalibrationRound, CostCurve, Plan, TreeChoice, plan_tree
 from specdec.pipeline.runtime.rng import Randomness
 from specdec.pipeline.runtime.runner import causal, no_scratch
 from specdec.pipeline.runtime.stats import DRAFT, PRUNE, VERIFY, RoundStats
@@ -157,23 +158,39 @@ def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, set
     return TuneResult(plan, verify, plain_ms, calibrations, len(context), time.perf_counter() - started, notes)
 
 
-def apply_choice(config: DecodeConfig, choice: dict[str, object], pinned: frozenset[str] = frozenset()) -> DecodeConfig:
+def apply_choice(config: DecodeConfig, choice: TreeChoice, pinned: frozenset[str] = frozenset()) -> DecodeConfig:
     """`config` with a plan's tree, except the fields the user fixed (`pinned`: tree_budget/depth/width).
 
     A plan of plain decoding turns speculation off unless the user fixed a tree field.
     """
-    budget = int(choice["budget"])  # type: ignore[call-overload]
-    if budget <= 1:
+    if not choice.speculative:
         return config if pinned else dataclasses.replace(config, speculative=False)
-    fields = {"tree_budget": budget, "depth": int(choice["depth"]), "width": int(choice["width"])}  # type: ignore[call-overload]
-    return dataclasses.replace(config, **{k: v for k, v in fields.items() if k not in pinned})
+    return dataclasses.replace(
+        config, tree_budget=config.tree_budget if "tree_budget" in pinned else choice.budget,
+        depth=config.depth if "depth" in pinned else choice.depth,
+        width=config.width if "width" in pinned else choice.width)
 
 
-def settings_from_spec(spec: dict[str, object]) -> TuneSettings:
-    """TuneSettings from the JSON a host sends (unknown keys are errors)."""
-    known = {f.name for f in dataclasses.fields(TuneSettings)}
-    unknown = set(spec) - known
-    if unknown:
-        raise ValueError(f"unknown tune settings: {', '.join(sorted(unknown))}")
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in spec.items()}
-    return TuneSettings(**values)  # type: ignore[arg-type]
+def run_request(engine: Engine, request: TuneRequest, config: DecodeConfig,
+                on_step: Callable[[str], None] | None = None) -> TuneResult:
+    """Tune as `run.json` asks (records.plan.TuneRequest); `config` is the run's speculative config."""
+    widths = (1,) if config.exact_layout else tuple(request.widths)  # exact layout: chains only
+    settings = TuneSettings(widths=widths, max_budget=request.max_budget, max_depth=request.max_depth,
+                            max_new_tokens=request.max_new_tokens, repeats=request.repeats)
+    return tune(engine, request.prompts, config, settings, budgets=request.budgets, on_step=on_step)
+
+
+def device_plan(result: TuneResult, *, device: str, threads: int, exact_layout: bool, created: str) -> DevicePlan:
+    """The manifest record of a tuning result."""
+    intercept, slope, residual = result.verify.linear_fit()
+
+    def choice(c: TreeChoice) -> PlanChoice:
+        return PlanChoice(c.drafter, c.budget, c.depth, c.width, c.expected_tokens, c.round_ms, c.predicted_speedup)
+
+    return DevicePlan(
+        device=device, created=created, threads=threads, exact_layout=exact_layout, choice=choice(result.plan.choice),
+        plain_step_ms=round(result.plain_step_ms, 4), verify_ms=[(n, round(ms, 4)) for n, ms in result.verify.points],
+        verify_fit=CostFit(round(intercept, 4), round(slope, 4), round(residual, 4)), context=result.context,
+        acceptance={f"{c.drafter}/w{c.width}": c.acceptance_profile() for c in result.calibrations},
+        candidates=[choice(c) for c in result.plan.candidates],
+        calibration_rounds=sum(len(c.rounds) for c in result.calibrations), tune_seconds=round(result.seconds, 2))

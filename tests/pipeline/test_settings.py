@@ -10,7 +10,6 @@ import pytest
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.profiles import load_device, load_scenario
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, OutputFormat
-from specdec.pipeline.records.plan import TunePlan
 from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
 from specdec.pipeline.settings import (
     SETTING_KEYS,
@@ -24,7 +23,7 @@ from specdec.pipeline.settings import (
 
 
 @dataclass
-class FixedPlan(TunePlan):
+class FixedPlan:
     chosen: dict[str, Any]
 
     def decode_settings(self) -> dict[str, Any]:

@@ -24,7 +24,8 @@ runner = CliRunner()
 
 def _config(out: Path, serial: str | None, prompts: Path, **overrides: object) -> BenchConfig:
     base: dict[str, object] = {"output": out, "device": Transport.adb, "serial": serial, "prompts": prompts,
-                               "max_new_tokens": 12, "limit": 2, "python": "python3", "cooldown": False}
+                               "max_new_tokens": 12, "limit": 2, "python": "python3", "cooldown": False,
+                               "tune": False}
     return BenchConfig(**{**base, **overrides})  # type: ignore[arg-type]
 
 

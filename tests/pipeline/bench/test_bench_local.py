@@ -24,7 +24,8 @@ def local_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
     prompts = tmp_path_factory.mktemp("p") / "prompts.jsonl"
     prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n{"id": "b", "text": "the quick brown"}\n')
     out = tmp_path_factory.mktemp("bench") / "results"
-    outcome = run_bench(BenchConfig(output=out, prompts=prompts, max_new_tokens=20, repeats=2), bench_bundle)
+    outcome = run_bench(BenchConfig(output=out, prompts=prompts, max_new_tokens=20, repeats=2, tune=False),
+                        bench_bundle)
     return outcome
 
 
@@ -84,7 +85,7 @@ def test_people_outputs(local_run) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_cli_gates_pass_and_fail(bench_bundle, prompts_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    base = ["bench", str(bench_bundle.path), "--prompts", str(prompts_file), "-n", "8", "--limit", "2"]
+    base = ["bench", str(bench_bundle.path), "--prompts", str(prompts_file), "-n", "8", "--limit", "2", "--no-tune"]
     ok = runner.invoke(app, [*base, "--out", str(tmp_path / "ok"), "--assert", "lossless",
                              "--assert", "mean_accepted_len>=1"])
     assert ok.exit_code == 0, ok.output

@@ -57,7 +57,7 @@ def test_thermal_transitions_are_recorded(adb_environ, make_standin, bench_bundl
     heat.start()
     config = BenchConfig(output=tmp_path / "out", device=Transport.adb, serial=device.serial, profile=str(profile),
                          prompts=prompts_file, limit=3, repeats=3, max_new_tokens=64, python="python3",
-                         controllers=("thermal", "fallback"))
+                         controllers=("thermal", "fallback"), tune=False)
     try:
         outcome = run_bench(config, bench_bundle)
     finally:

@@ -1,0 +1,117 @@
+"""Plans in a bench run: which plan a device gets, what to ask it to tune, and prediction vs measurement.
+
+A bundle carries tuned plans per device (records.plan.TunePlan). A run on a device the bundle has
+a plan for uses it; otherwise the device runner tunes first (its warm-up: `RunSpec.tune`) unless
+the user fixed the whole tree or turned tuning off. Afterwards the plan's cost model is set next
+to what the run measured, term by term, and the largest relative miss is named in plain words.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.records.codec import RecordError, from_dict
+from specdec.pipeline.records.manifest import GraphFlavour
+from specdec.pipeline.records.plan import DevicePlan, TuneRequest
+from specdec.pipeline.records.results import PlanReport, PlanTerm
+
+TREE_SETTINGS = ("tree_budget", "depth", "width")
+
+
+def stored_plan(bundle: Bundle, device: str) -> DevicePlan | None:
+    plan = bundle.manifest.plan
+    return plan.for_device(device) if plan is not None else None
+
+
+def tune_request(bundle: Bundle, options: Mapping[str, Any], device: str, prompts: list[list[int]],
+                 only: bool = False, max_new_tokens: int | None = None) -> TuneRequest | None:
+    """What to tune on the device, or None when there is nothing left to choose."""
+    pinned = [key for key in TREE_SETTINGS if options.get(key) is not None]
+    if options.get("speculative") is False or (len(pinned) == len(TREE_SETTINGS) and not only):
+        return None
+    table = bundle.manifest.buckets
+    budgets = table.sizes("target") if table is not None and table.flavour is GraphFlavour.npu else None
+    request = TuneRequest(prompts=[], device=device, budgets=[b for b in budgets if b >= 2] if budgets else None,
+                          pinned=pinned, only=only)
+    if max_new_tokens is not None:
+        request.max_new_tokens = max_new_tokens
+    # Calibration decodes max_new_tokens past the prompt and then verifies trees of up to max_budget nodes:
+    # keep the end of prompts that would not leave that much room in the bundle's context.
+    room = _context(bundle) - request.max_new_tokens - request.max_budget - 1
+    if room < 2:
+        request.max_budget = max(2, _context(bundle) - request.max_new_tokens - 3)
+        room = 2
+    request.prompts = [p[-room:] for p in prompts if p]
+    return request
+
+
+def _context(bundle: Bundle) -> int:
+    table = bundle.manifest.buckets
+    if table is not None:
+        return table.max_context
+    return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
+
+
+def tuned_plan(events: list[dict[str, Any]]) -> DevicePlan | None:
+    """The plan the device runner measured (its `tune` event), if it tuned."""
+    for event in events:
+        if event.get("type") == "tune":
+            try:
+                return from_dict(DevicePlan, event["plan"], "tune.plan")
+            except (RecordError, KeyError):
+                return None
+    return None
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def measured_terms(events: list[dict[str, Any]]) -> dict[str, float | None]:
+    """The cost model's terms as this run measured them (speculative replies' rounds, plain replies)."""
+    spec_rounds = [e for e in events if e.get("type") == "round" and e.get("mode") == "speculative"
+                   and e.get("kind") == "speculative"]
+    plain_rounds = [e for e in events if e.get("type") == "round" and e.get("mode") == "plain"]
+    return {
+        "tokens per round": _mean([float(e["accepted_len"]) for e in spec_rounds]),
+        "round ms": _mean([e["wall_ns"] / 1e6 for e in spec_rounds if e.get("wall_ns")]),
+        "plain step ms": _mean([e["wall_ns"] / 1e6 for e in plain_rounds if e.get("wall_ns")]),
+    }
+
+
+_EXPLAIN = {  # term -> (word when measured < predicted, word when above, sentence)
+    "tokens per round": ("fewer", "more", "{pct} % {word} tokens per round were accepted than in calibration "
+                         "({measured:.3g} vs {predicted:.3g})"),
+    "round ms": ("shorter", "longer", "speculative rounds took {pct} % {word} than the cost curve predicted "
+                 "({measured:.3g} vs {predicted:.3g} ms)"),
+    "plain step ms": ("shorter", "longer", "plain steps took {pct} % {word} than when the plan was measured "
+                      "({measured:.3g} vs {predicted:.3g} ms)"),
+}
+
+
+def explain(terms: list[PlanTerm]) -> str:
+    """The term that missed most, as a sentence."""
+    scored = [t for t in terms if t.ratio is not None]
+    if not scored:
+        return "the run measured too little to compare (no speculative rounds)"
+    worst = max(scored, key=lambda t: abs((t.ratio or 1.0) - 1.0))
+    ratio = worst.ratio or 1.0
+    below, above, sentence = _EXPLAIN[worst.name]
+    return sentence.format(pct=f"{abs(ratio - 1) * 100:.0f}", word=below if ratio < 1 else above,
+                           measured=worst.measured, predicted=worst.predicted)
+
+
+def report(plan: DevicePlan, source: str, events: list[dict[str, Any]], measured_speedup: float | None,
+           tuned: DevicePlan | None = None) -> PlanReport:
+    choice = plan.choice
+    measured = measured_terms(events)
+    terms = [PlanTerm("tokens per round", choice.expected_tokens, measured["tokens per round"]),
+             PlanTerm("round ms", choice.round_ms, measured["round ms"]),
+             PlanTerm("plain step ms", plan.plain_step_ms, measured["plain step ms"])]
+    explanation = ("the plan chose plain decoding: no tree was predicted to beat it by 5 %"
+                   if not choice.speculative else explain(terms))
+    return PlanReport(source=source, device=plan.device, choice=choice, predicted_speedup=choice.predicted_speedup,
+                      measured_speedup=measured_speedup, terms=terms, explanation=explanation, tuned=tuned)

@@ -1,0 +1,109 @@
+"""`specdec tune`: measure a device's cost curve and the bundle's acceptance on it, store the plan.
+
+The measuring runs where decoding will run — on the device, through the same push / run / pull
+path as `specdec bench` (the device runner's tune mode, pipeline/runtime/tuning.py) — and the
+plan (records.plan.DevicePlan: cost curve with its fit, acceptance profile, chosen tree,
+predicted speedup, device identity) goes into a new bundle's manifest, keyed by the device.
+`generate` and `bench` then use it by default on that device; flags still override.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specdec.pipeline import profiles
+from specdec.pipeline.bench import planning
+from specdec.pipeline.bench.orchestrate import ProgressSink, check_device, run_on_device
+from specdec.pipeline.bench.payload import build_payload
+from specdec.pipeline.bench.prompts import load_bench_prompts
+from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
+from specdec.pipeline.devices.registry import open_device
+from specdec.pipeline.devices.session import new_run_id
+from specdec.pipeline.errors import BundleError, DeviceError, InputError, setting
+from specdec.pipeline.profiles import Transport
+from specdec.pipeline.records.plan import DevicePlan, TunePlan, device_key
+from specdec.pipeline.records.results import RunSpec
+from specdec.pipeline.settings import bundle_requirements, resolve_decode
+from specdec.pipeline.text import TextCodec
+
+CALIBRATION_PROMPTS = 4
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    output: Path
+    device: Transport = Transport.local
+    profile: str | None = None
+    serial: str | None = None
+    adb_host: str | None = None
+    adb_port: int | None = None
+    calib: Path | None = None  # prompts to calibrate on (JSONL); default: held-out demo prompts
+    threads: int | None = None
+    python: str | None = None
+    max_new_tokens: int = 48
+    exact_layout: bool | None = None
+    force: bool = False
+
+    @property
+    def profile_name(self) -> str:
+        return self.profile or ("local-cpu" if self.device is Transport.local else "android-generic")
+
+    def record(self) -> dict[str, Any]:
+        return {"device": self.device.value, "profile": self.profile_name, "threads": self.threads,
+                "calib": str(self.calib) if self.calib else None, "max_new_tokens": self.max_new_tokens,
+                "exact_layout": self.exact_layout}
+
+
+def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
+    prompts = load_bench_prompts(config.calib, codec, None)
+    # Without --calib: the last prompts of the default file, which `bench` (first N) does not measure.
+    chosen = prompts[:CALIBRATION_PROMPTS] if config.calib else prompts[-CALIBRATION_PROMPTS:]
+    return [p.ids for p in chosen]
+
+
+def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | None = None) -> tuple[Bundle, DevicePlan]:
+    if source.manifest.graphs.get("draft") is None:
+        raise BundleError(f"bundle '{source.path}' has no draft graph: there is no tree to plan",
+                          "export with --draft, or decode plainly")
+    if config.max_new_tokens < 8:
+        raise InputError(f"{setting('max_new_tokens')} must be at least 8 for calibration", "use 8 or more")
+    profile = profiles.load_device(config.profile_name)
+    if profile.transport is not config.device:
+        raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
+                         f"{config.device.value}", f"pass {setting('device')} {profile.transport.value}")
+    options = {"exact_layout": config.exact_layout}
+    settings = resolve_decode(options, profile=profile, buckets=source.manifest.buckets,
+                              requirements=bundle_requirements(source.manifest.quantization))
+    codec = TextCodec(source.tokenizer_dir)
+    prompts = _calibration(config, codec)
+    device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
+                         adb_port=config.adb_port)
+    python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
+    info = check_device(device, profile, python)
+    threads = profile.runtime.threads if config.threads is None else config.threads
+    key = device_key(config.device.value, info.model, info.abi, threads)
+    request = planning.tune_request(source, options, key, prompts, only=True, max_new_tokens=config.max_new_tokens)
+    assert request is not None  # `only` always asks
+    spec = RunSpec(decode=settings.config, prompts=[], threads=threads, tune=request)
+    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer, \
+            tempfile.TemporaryDirectory() as scratch:
+        payload = build_payload(source, spec, Path(scratch) / "payload")
+        run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=False,
+                            on_event=on_event, info=info)
+        plan = planning.tuned_plan(run.events)
+        if plan is None:
+            raise DeviceError(f"{device.serial}: the device runner reported no plan{' (device lost)' * run.partial}",
+                              f"see its output: {run.log_tail.strip()[-200:] or 'none'}")
+        writer.copy_from(source)
+        manifest = source.manifest.model_copy(deep=True)
+        manifest.plan = (manifest.plan or TunePlan()).with_plan(plan)
+        manifest.reports["tune"] = {"device": key, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                                    "warnings": run.warnings}
+        bundle = writer.finish(manifest, stage="tune", config=config.record() | {"device_key": key},
+                               inputs=input_digests(source))
+    return bundle, plan

@@ -1,0 +1,90 @@
+"""`specdec tune` stores a plan; generate and bench use it; bench tunes a device it has no plan for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specdec.cli.app import app
+from specdec.pipeline.bench.stage import BenchConfig, run_bench
+from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.devices.local import LocalDevice
+from specdec.pipeline.errors import BundleError
+from specdec.pipeline.generate import decode_settings
+from specdec.pipeline.profiles import load_device
+from specdec.pipeline.records.plan import device_key
+from specdec.pipeline.runtime.manifest import read_bundle
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tuned(bench_bundle_cpu, tmp_path_factory):  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("tune") / "tuned"
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in bench_bundle_cpu.path.rglob("*"))
+    bundle, plan = tune_bundle(TuneConfig(output=out, max_new_tokens=12), bench_bundle_cpu)
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in bench_bundle_cpu.path.rglob("*")) == before  # input intact
+    return bundle, plan
+
+
+def test_tune_writes_a_new_bundle_with_the_plan(tuned) -> None:  # type: ignore[no-untyped-def]
+    bundle, plan = tuned
+    assert bundle.stages()[-1] == "tune"
+    model, abi = LocalDevice.identity()
+    assert plan.device == device_key("local", model, abi, 0)
+    stored = Bundle.load(bundle.path).manifest.plan
+    assert stored is not None and stored.for_device(plan.device) == plan
+    assert plan.verify_ms and plan.plain_step_ms > 0 and plan.calibration_rounds > 0
+    assert plan.choice.predicted_speedup >= 1.0
+
+
+def test_generate_uses_the_plan_and_flags_override(tuned) -> None:  # type: ignore[no-untyped-def]
+    bundle, plan = tuned
+    info = read_bundle(bundle.path)
+    settings = decode_settings(info, {"max_new_tokens": 8}, load_device("local-cpu"), None)
+    planned = plan.decode_settings()
+    for key, value in planned.items():
+        assert getattr(settings.config, key) == value and settings.sources[key] == "plan"
+    override = decode_settings(info, {"tree_budget": 3, "depth": 2, "width": 1, "speculative": True},
+                               load_device("local-cpu"), None)
+    assert override.config.tree_budget == 3 and override.sources["tree_budget"] == "options"
+    other_threads = decode_settings(info, {}, load_device("local-cpu"), None, threads=7)
+    assert "plan" not in other_threads.sources.values()  # a plan is for the thread count it was measured at
+
+
+def test_bench_uses_a_stored_plan(tuned, prompts_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bundle, plan = tuned
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2, max_new_tokens=10), bundle)
+    report = outcome.results.plan
+    assert report is not None and report.source == "bundle" and report.tuned is None
+    assert report.choice == plan.choice and report.explanation
+    assert outcome.results.lossless.equal
+    assert not any(e.get("type") == "tune" for e in outcome.run.events)  # type: ignore[union-attr]
+
+
+def test_bench_tunes_first_without_a_plan(bench_bundle_cpu, prompts_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2, max_new_tokens=10),
+                        bench_bundle_cpu)
+    report = outcome.results.plan
+    assert report is not None and report.source == "tuned on the device" and report.tuned is not None
+    assert [t.name for t in report.terms] == ["tokens per round", "round ms", "plain step ms"]
+    assert outcome.results.lossless.equal
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**Plan** (tuned on the device" in summary and "Biggest difference" in summary
+
+
+def test_cli_tune_and_bad_input(bench_bundle_cpu, bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = runner.invoke(app, ["tune", str(bench_bundle_cpu.path), "-o", str(tmp_path / "t"), "-n", "10"])
+    assert result.exit_code == 0, result.output
+    assert "plan for local/" in result.output and (tmp_path / "t" / "manifest.json").exists()
+    again = runner.invoke(app, ["tune", str(bench_bundle_cpu.path), "-o", str(tmp_path / "t")])
+    assert again.exit_code == 2 and "already exists" in again.output
+    with pytest.raises(BundleError, match="no draft graph"):
+        from specdec.pipeline.bundle import Bundle as B
+        bundle = B.load(bench_bundle_cpu.path)
+        bundle.manifest.graphs.pop("draft")
+        tune_bundle(TuneConfig(output=tmp_path / "x"), bundle)
+    assert not (tmp_path / "x").exists()

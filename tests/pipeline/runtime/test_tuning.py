@@ -1,0 +1,74 @@
+"""Tuning on a real (tiny) bundle: cost curve, calibration rounds, a plan, and applying it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.runtime.planner import TreeChoice
+from specdec.pipeline.runtime.tuning import TuneSettings, apply_choice, calibration_round, tune
+
+SMALL = TuneSettings(widths=(1, 2), max_budget=8, max_depth=3, max_new_tokens=12, repeats=2)
+
+
+def _prompts(vocab: int) -> list[list[int]]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(1, vocab, size=6).tolist() for _ in range(2)]
+
+
+def test_tune_measures_and_plans(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    result = tune(engine, _prompts(engine.vocab), DecodeConfig(), SMALL)
+    sizes = [n for n, _ in result.verify.points]
+    assert sizes[0] == 1 and max(sizes) == 8 and all(ms > 0 for _, ms in result.verify.points)
+    assert result.plain_step_ms > 0
+    assert [c.width for c in result.calibrations] == [1, 2]
+    rounds = [r for c in result.calibrations for r in c.rounds]
+    assert rounds and all(len(r.order_depths) >= 1 and r.draft_ms for r in rounds)
+    for r in rounds:  # the accepted path is a prefix of the best-first order, depth by depth
+        assert all(r.order_depths[p] == d + 1 for d, p in enumerate(r.path_positions))
+        assert r.accepted(budget=SMALL.max_budget, depth=SMALL.max_depth) == len(r.path_positions)
+    choice = result.plan.choice
+    assert choice.predicted_speedup >= 1.0  # a plan never predicts losing to plain decoding
+    if not choice.speculative:
+        assert all(c.predicted_speedup < 1.05 for c in result.plan.candidates)
+    as_dict = result.as_dict()
+    assert as_dict["verify_cost"]["points"] and as_dict["calibration"][0]["acceptance_profile"]
+
+
+def test_calibration_round_splits_draft_prune_and_rest(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    reply = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=10, tree_budget=8, depth=3, width=2))
+    for stats in reply.speculative_rounds:
+        r = calibration_round(stats)
+        assert len(r.draft_ms) == len(r.prune_ms) == stats.draft_calls
+        assert r.rest_ms >= 0
+        assert sum(r.draft_ms) + sum(r.prune_ms) + r.rest_ms <= stats.wall_ns / 1e6 + 1e-6
+
+
+def test_exact_layout_calibrates_chains(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    from specdec.pipeline.records.plan import TuneRequest
+    from specdec.pipeline.runtime.tuning import run_request
+
+    engine = Engine(bundle_factory("llama").path)
+    request = TuneRequest(prompts=_prompts(engine.vocab), device="test", max_budget=6, max_depth=4, max_new_tokens=10,
+                          repeats=1)
+    result = run_request(engine, request, DecodeConfig(exact_layout=True))
+    assert [c.width for c in result.calibrations] == [1]
+    for r in result.calibrations[0].rounds:
+        assert list(r.order_depths) == list(range(1, len(r.order_depths) + 1))  # a chain
+
+
+def test_apply_choice_respects_pinned_fields() -> None:
+    base = DecodeConfig(tree_budget=16, depth=6, width=4)
+    tree = TreeChoice("model", budget=5, depth=3, width=2, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.3)
+    applied = apply_choice(base, tree)
+    assert (applied.tree_budget, applied.depth, applied.width, applied.speculative) == (5, 3, 2, True)
+    pinned = apply_choice(base, tree, frozenset({"depth"}))
+    assert (pinned.tree_budget, pinned.depth) == (5, 6)
+    plain = dataclasses.replace(tree, budget=1)
+    assert not apply_choice(base, plain).speculative
+    assert apply_choice(base, plain, frozenset({"tree_budget"})).speculative  # the user asked for a tree
