@@ -43,7 +43,12 @@ def report_table(report: dict[str, Any], quantization: Quantization) -> Table:
                                                                spec["top1_agreement_after"]))
         table.add_row("", "mean accepted length", *_delta(spec["mean_accepted_len_before"],
                                                           spec["mean_accepted_len_after"], 2))
-        table.add_row("", "greedy lossless (spec = plain)", "", f"{spec['lossless_prompts']}/{spec['prompts']}", "")
+        layout = spec.get("layout", "tree")
+        table.add_row("", f"greedy lossless (spec = plain, {layout} layout)", "",
+                      f"{spec['lossless_prompts']}/{spec['prompts']}", "")
+        tree = spec.get("tree_layout")
+        if tree is not None:
+            table.add_row("", "tokens differing in the tree layout", "", f"{tree['token_mismatch_rate']:.1%}", "")
     total = report["total"]
     table.add_row("bundle", "graphs on disk", _mb(total["bytes_before"]), _mb(total["bytes_after"]),
                   f"×{total['size_ratio']:.2f}")
@@ -61,9 +66,12 @@ def quantize(
                                         "else 64 or 32."),
     symmetric: bool = typer.Option(False, "--symmetric/--asymmetric", help="Zero point fixed at the centre or fitted."),
     accuracy_level: int = typer.Option(0, "--accuracy-level",
-                                       help="MatMulNBits compute: 0 = the graph's float type (lossless speculation); "
-                                            "4 = int8 activations, faster but LOSSY: logits then depend on how many "
-                                            "tokens share a call, so speculative output can differ from plain."),
+                                       help="MatMulNBits compute: 0 = the graph's float type (trees, lossless); "
+                                            "4 = int8 activations, faster on CPUs; the bundle then decodes in the "
+                                            "exact layout (chains, no single-row calls) so speculative output stays "
+                                            "identical to plain — the quality report checks it."),
+    head_bits: int = typer.Option(8, "--head-bits", help="Bits of the target's output projection: 8 (default) or "
+                                                          "4 (smaller; its perplexity cost is in the quality report)."),
     keep_float: list[str] = typer.Option(None, "--keep-float",
                                          help="Layer name pattern (fnmatch) to keep float; repeatable."),
     calib: Path = typer.Option(None, "--calib", help="Calibration text, or JSONL with 'text' or 'input_ids' lines "
@@ -81,7 +89,8 @@ def quantize(
     """Quantize target and draft weights to INT4/INT8 MatMulNBits (RTN, GPTQ or AWQ) with a quality report."""
     config = QuantizeConfig(
         output=output, method=method, target_method=target_method, draft_method=draft_method,  # type: ignore[arg-type]
-        group_size=group_size, symmetric=symmetric, accuracy_level=accuracy_level, keep_float=tuple(keep_float or ()),
+        group_size=group_size, symmetric=symmetric, accuracy_level=accuracy_level, head_bits=head_bits,
+        keep_float=tuple(keep_float or ()),
         calib=calib, calib_samples=calib_samples, calib_seq_len=calib_seq_len, eval_file=eval_file,
         max_ppl_increase=max_ppl_increase, seed=seed, force=force, quantize_embeddings=quantize_embeddings)
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress())

@@ -13,11 +13,12 @@ from specdec.pipeline.errors import InputError, setting
 
 # MatMulNBits block 128 is the fast layout; smaller blocks are the fallback for narrow layers.
 # accuracy_level 4 (int8 activation compute) is faster still, but it quantizes activations per
-# call, so a token's logits depend on which other tokens share the call: on the demo pair, a node
-# verified in a 16-node tree differed from the same token decoded alone by up to 0.06 in its
-# logits, and greedy speculative output diverged from plain greedy on 2 of 8 prompts. That breaks
-# the lossless promise, so the default is 0 (compute in the graph's float type: 7.6e-6, like
-# fp32), and 4 is an explicit, lossy speed option.
+# row, so the last-bit differences between a token verified in a tree and the same token decoded
+# alone (other kernels for one row, attention sums re-associated) become different int8 codes:
+# in the tree layout greedy speculative output diverged from plain greedy on 1-2 of 8 prompts.
+# The exact layout (chains, no single-row calls; settings.bundle_requirements turns it on for
+# such bundles) computes every row identically, which the quality report checks; the default
+# stays 0 (compute in the graph's float type) for bundles that decode in trees.
 AUTO_GROUP_SIZES = (128, 64, 32)
 ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
@@ -53,6 +54,7 @@ class QuantizeConfig:
     group_size: int | None = None  # None: per layer, 128 where the width allows, else 64 or 32
     symmetric: bool = False
     accuracy_level: int = 0
+    head_bits: int = 8  # the target's output projection: 8 (default) or 4 (what onnxruntime-genai ships)
     keep_float: tuple[str, ...] = ()
     calib: Path | None = None
     calib_samples: int = 128
@@ -82,6 +84,8 @@ class QuantizeConfig:
             (self.accuracy_level not in ACCURACY_LEVELS,
              f"{setting('accuracy_level')} {self.accuracy_level} is not one of {ACCURACY_LEVELS}",
              "use 4 (int8 compute, fastest on CPUs) or 0 (compute in the graph's float type)"),
+            (self.head_bits not in (4, 8), f"{setting('head_bits')} {self.head_bits} is not 4 or 8",
+             "use 8 (default) or 4"),
             (self.calib_samples < 1, f"{setting('calib_samples')} must be at least 1", fix),
             (self.calib_seq_len < 8, f"{setting('calib_seq_len')} must be at least 8", fix),
             (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
@@ -103,7 +107,9 @@ class QuantizeConfig:
         """4 or 8 bits for a layer, or None when a --keep-float pattern matches it."""
         if any(fnmatch.fnmatchcase(layer, pattern) for pattern in self.keep_float):
             return None
-        if role == "target" and (layer in _OUTPUT_HEAD or _FIRST_BLOCK.search(layer)):
+        if role == "target" and layer in _OUTPUT_HEAD:
+            return self.head_bits
+        if role == "target" and _FIRST_BLOCK.search(layer):
             return 8
         return 4
 
@@ -126,6 +132,7 @@ class QuantizeConfig:
             "group_size": self.group_size or "auto",
             "symmetric": self.symmetric,
             "accuracy_level": self.accuracy_level,
+            "head_bits": self.head_bits,
             "keep_float": list(self.keep_float),
             "calib": file_record(self.calib),
             "calib_samples": self.calib_samples,

@@ -53,22 +53,52 @@ def _score(graph: Graph, windows: list[np.ndarray]) -> tuple[float, list[np.ndar
 
 def _engine_figures(bundle_dir: Path, prompts: list[list[int]], new_tokens: int,
                     check_lossless: bool) -> dict[str, Any]:
+    """Mean accepted length; for the quantized bundle also whether it decodes losslessly.
+
+    The lossless check runs in the layout the bundle decodes in (the exact layout where int8
+    compute needs it, settings.bundle_requirements). Such a bundle is also decoded in the tree
+    layout, to report what the exact layout protects against: the share of tokens that would
+    differ from plain decoding there.
+    """
     from specdec.pipeline.runtime.config import DecodeConfig
     from specdec.pipeline.runtime.engine import Engine
+    from specdec.pipeline.settings import bundle_requirements
 
     engine = Engine(bundle_dir)
-    accepted, rounds, lossless = 0, 0, 0
+    exact = bool(bundle_requirements(engine.info.quantization).get("exact_layout")) if check_lossless else False
+    accepted, rounds, lossless, tree_differ, tree_tokens, tree_mismatch = 0, 0, 0, 0, 0, 0
     for prompt in prompts:
-        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens))
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens, exact_layout=exact))
         accepted += sum(r.accepted_len for r in spec.speculative_rounds)
         rounds += len(spec.speculative_rounds)
         if check_lossless:
-            plain = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens, speculative=False))
+            plain = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens, speculative=False,
+                                                         exact_layout=exact))
             lossless += plain.output_ids == spec.output_ids
+        if exact:
+            tree = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens))
+            tree_plain = engine.generate(prompt, DecodeConfig(max_new_tokens=new_tokens, speculative=False))
+            tree_differ += tree.output_ids != tree_plain.output_ids
+            tree_tokens += len(tree_plain.output_ids)
+            tree_mismatch += sum(a != b for a, b in zip(tree.output_ids, tree_plain.output_ids, strict=False))
     figures: dict[str, Any] = {"mean_accepted_len": accepted / rounds if rounds else 0.0, "rounds": rounds}
     if check_lossless:
         figures["lossless_prompts"] = lossless
+        figures["layout"] = "exact" if exact else "tree"
+    if exact:
+        figures["tree_layout"] = {"prompts_differing": tree_differ,
+                                  "token_mismatch_rate": tree_mismatch / tree_tokens if tree_tokens else 0.0}
     return figures
+
+
+def invariance(bundle_dir: Path) -> dict[str, Any]:
+    """Which batch invariance the quantized target has (runtime/invariance.py), on the graph as written."""
+    from specdec.pipeline.runtime.invariance import measure
+    from specdec.pipeline.runtime.manifest import read_bundle
+    from specdec.pipeline.runtime.runner import DynamicRunner
+
+    target = read_bundle(bundle_dir).graphs["target"]
+    return measure(DynamicRunner(target), target.vocab_size).as_dict()
 
 
 def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], data: CalibrationData,
@@ -107,12 +137,16 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
                 speculative[f"top1_agreement_{when}"] = agree / sum(t.size for t in target)
                 figures = _engine_figures(root, data.prompts, new_tokens, check_lossless=when == "after")
                 speculative[f"mean_accepted_len_{when}"] = figures["mean_accepted_len"]
-                if "lossless_prompts" in figures:
-                    speculative["lossless_prompts"] = figures["lossless_prompts"]
+                for key in ("lossless_prompts", "layout", "tree_layout"):
+                    if key in figures:
+                        speculative[key] = figures[key]
                 task.advance()
-            if speculative.get("lossless_prompts") != len(data.prompts):
+            speculative["invariance"] = invariance(output_dir)
+            speculative["exact"] = speculative.get("lossless_prompts") == len(data.prompts)
+            if not speculative["exact"]:
                 message = (f"greedy speculative output of the quantized bundle differed from its plain greedy output "
-                           f"on {len(data.prompts) - speculative['lossless_prompts']} of {len(data.prompts)} prompts")
+                           f"on {len(data.prompts) - speculative['lossless_prompts']} of {len(data.prompts)} prompts "
+                           f"({speculative['layout']} layout): the bundle is not exact for speculation")
                 log.warning(message)
                 report["warnings"].append(message)
             report["speculative"] = speculative
