@@ -29,10 +29,11 @@ def _matmul_nbits(k: int, n: int, bits: int, level: int) -> ort.InferenceSession
     packed = pack(result.codes, result.scales, None, bits=bits, block_size=32)
     node = helper.make_node("MatMulNBits", ["x", "w", "s"], ["y"], domain="com.microsoft", K=k, N=n, bits=bits,
                             block_size=32, accuracy_level=level)
+    weights = [numpy_helper.from_array(packed.weight, "w"), numpy_helper.from_array(packed.scales, "s")]
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["M", k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])],
-                              [numpy_helper.from_array(packed.weight, "w"), numpy_helper.from_array(packed.scales, "s")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", n])], weights)
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
