@@ -66,13 +66,17 @@ def optimum_decoder(job: dict[str, Any]) -> Decode:
 
 
 def specdec_decoder(job: dict[str, Any]) -> Decode:
-    from specdec.pipeline.runtime.config import DecodeConfig
+    """Settings as `specdec generate` resolves them: the bundle's plan for this machine, its requirements."""
+    from specdec.pipeline.generate import decode_settings
+    from specdec.pipeline.profiles import load_device
     from specdec.pipeline.runtime.engine import Engine
     from specdec.pipeline.runtime.graph import SessionOptions
 
-    engine = Engine(job["model"], SessionOptions(threads=int(job["threads"])))
+    threads = int(job["threads"])
+    engine = Engine(job["model"], SessionOptions(threads=threads))
     engine.eos = set()  # like the peers' min_length: exactly `new` tokens per prompt
-    config = DecodeConfig(max_new_tokens=int(job["new_tokens"]), **job.get("decode", {}))
+    options = {"max_new_tokens": int(job["new_tokens"]), **job.get("decode", {})}
+    config = decode_settings(engine.info, options, load_device("local-cpu"), None, threads=threads).config
 
     def decode(prompt: list[int]) -> list[int]:
         return engine.generate(prompt, config).output_ids

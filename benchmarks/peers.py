@@ -1,0 +1,240 @@
+"""specdec against the runtimes a user would pick instead, side by side in one run, same checkpoint.
+
+On one checkpoint (the compute-realistic target of benchmarks/realistic.py with the demo draft,
+or `--target demo`), the same prompts, the same thread count, greedy, a fixed number of new tokens:
+
+- onnxruntime-genai plain decoding (its model builder and C++ loop): fp32 and int4 (its defaults:
+  block 32, symmetric, accuracy level 4, every MatMul 4-bit);
+- optimum-onnx `ORTModelForCausalLM` plain decoding (fp32), run under `--optimum-python` (optimum-onnx
+  pins transformers < 4.58, so it lives in its own virtual environment);
+- specdec, each flavour and precision, plain and speculative: the exported (generic) graphs, the
+  fused cpu flavour fp32, the cpu flavour int4 (RTN, block 32, symmetric, accuracy level 4, head 4-bit:
+  genai's settings) — which decodes in the exact layout — and, with `--npu`, the static npu flavour.
+  Speculative runs use the tree `specdec tune` plans on this machine.
+
+Every measurement runs in a fresh process (benchmarks/peer_runners.py), configurations interleaved
+across `--repeats`, the median kept. Peers that are not installed are reported missing, not failed.
+
+    .venv/bin/python benchmarks/peers.py [--target realistic|demo] [--threads 2] [--repeats 3]
+        [--optimum-python /path/to/venv/bin/python] [--json benchmarks/results/peers.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import CACHE, realistic_pair
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Config:
+    name: str
+    runtime: str  # genai | optimum | specdec
+    precision: str
+    mode: str  # plain | speculative
+    model: str
+    python: str = sys.executable
+    decode: dict[str, Any] = field(default_factory=dict)
+    tok_s: list[float] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+    error: str | None = None
+
+
+def checkpoints(target: str) -> tuple[Path, Path]:
+    if target == "demo":
+        from specdec.pipeline.export.checkpoint import demo_dir
+
+        return demo_dir("target"), demo_dir("draft")
+    return realistic_pair()
+
+
+def genai_model(checkpoint: Path, precision: str, threads: int, root: Path) -> Path | str:
+    """onnxruntime-genai's builder output (cached), or why it is unavailable."""
+    try:
+        import onnxruntime_genai  # noqa: F401
+    except ImportError:
+        return "onnxruntime-genai is not installed (pip install 'specdec[peers]')"
+    out = root / f"genai-{precision}"
+    if not (out / "genai_config.json").is_file():
+        command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint), "-o", str(out),
+                   "-p", precision, "-e", "cpu", "-c", str(root / "genai-cache")]
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            return f"the genai builder failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}"
+    config_path = out / "genai_config.json"
+    config = json.loads(config_path.read_text())
+    options = config["model"]["decoder"].setdefault("session_options", {})
+    options.update({"intra_op_num_threads": threads, "inter_op_num_threads": 1})
+    config_path.write_text(json.dumps(config, indent=1))
+    return out
+
+
+def optimum_model(checkpoint: Path, python: str | None, root: Path) -> Path | str:
+    if python is None:
+        return "no --optimum-python given (optimum-onnx needs transformers < 4.58: its own venv)"
+    out = root / "optimum-fp32"
+    if not (out / "model.onnx").is_file():
+        script = ("import sys; from optimum.onnxruntime import ORTModelForCausalLM as M; "
+                  "M.from_pretrained(sys.argv[1], export=True, use_cache=True).save_pretrained(sys.argv[2])")
+        result = subprocess.run([python, "-c", script, str(checkpoint), str(out)], capture_output=True, text=True,
+                                check=False)
+        if result.returncode != 0:
+            return f"optimum export failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}"
+    return out
+
+
+def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bool) -> dict[str, Path]:
+    """Export, quantize, compile and tune the specdec bundles (cached under `root`)."""
+    from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
+    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+    from specdec.pipeline.export import ExportConfig, export_bundle
+    from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+    from specdec.pipeline.quantize.config import Method
+    from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+    def cached(name: str, build: Any) -> Bundle:
+        path = root / name
+        return Bundle.load(path) if (path / "manifest.json").is_file() else build(path)
+
+    exported = cached("export", lambda p: export_bundle(ExportConfig(target=str(target), draft=str(draft),
+                                                                     output=p)))
+    surgered = cached("surgery", lambda p: surgery_bundle(SurgeryConfig(output=p), exported))
+    int4 = cached("int4", lambda p: quantize_bundle(QuantizeConfig(
+        output=p, method=Method.rtn, group_size=32, symmetric=True, accuracy_level=4, head_bits=4), surgered))
+    compiled = {
+        "generic fp32": surgered,
+        "cpu fp32": cached("cpu-fp32", lambda p: compile_bundle(
+            CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), surgered)),
+        "cpu int4": cached("cpu-int4", lambda p: compile_bundle(
+            CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4)),
+    }
+    if npu:
+        compiled["npu fp32"] = cached("npu-fp32", lambda p: compile_bundle(
+            CompileConfig(output=p, target=GraphFlavour.npu, max_context=512, format=OutputFormat.onnx), surgered))
+    tuned = {}
+    for name, bundle in compiled.items():
+        key = f"tuned-{name.replace(' ', '-')}-t{threads}"
+        tuned[name] = cached(key, lambda p, b=bundle: tune_bundle(TuneConfig(output=p, threads=threads), b)[0]).path
+    return tuned
+
+
+def prompts(tokenizer_dir: Path, count: int) -> list[list[int]]:
+    from specdec.pipeline.bench.prompts import default_prompts_file
+    from specdec.pipeline.prompts import load_prompts
+    from specdec.pipeline.text import TextCodec
+
+    codec = TextCodec(tokenizer_dir)
+    path = default_prompts_file()
+    assert path is not None
+    return [codec.encode(p.text or "") for p in load_prompts(path)[:count]]
+
+
+def measure(config: Config, ids: list[list[int]], tokens: int, threads: int) -> None:
+    job = {"runtime": config.runtime, "model": config.model, "prompts": ids, "new_tokens": tokens,
+           "threads": threads, "repeats": 1, "decode": config.decode}
+    result = subprocess.run([config.python, str(HERE / "peer_runners.py"), json.dumps(job)], capture_output=True,
+                            text=True, check=False)
+    if result.returncode != 0:
+        config.error = (result.stderr or result.stdout).strip().splitlines()[-1][:200]
+        return
+    data = json.loads(result.stdout.strip().splitlines()[-1])
+    config.tok_s.append(tokens * len(ids) / data["seconds"][0])
+    config.outputs = data["outputs"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", choices=("realistic", "demo"), default="realistic")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--optimum-python", default=None)
+    parser.add_argument("--npu", action="store_true", help="also the static npu flavour (slow to compile)")
+    parser.add_argument("--json", type=Path, default=HERE / "results" / "peers.json")
+    args = parser.parse_args()
+    root = CACHE / f"peers-{args.target}"
+    root.mkdir(parents=True, exist_ok=True)
+    target, draft = checkpoints(args.target)
+    ids = prompts(target, args.prompts)
+    configs: list[Config] = []
+    missing: list[str] = []
+    for precision in ("fp32", "int4"):
+        model = genai_model(target, precision, args.threads, root)
+        if isinstance(model, str):
+            missing.append(f"onnxruntime-genai {precision}: {model}")
+        else:
+            configs.append(Config(f"onnxruntime-genai {precision}", "genai", precision, "plain", str(model)))
+    optimum = optimum_model(target, args.optimum_python, root)
+    if isinstance(optimum, str):
+        missing.append(f"optimum-onnx: {optimum}")
+    else:
+        configs.append(Config("optimum-onnx fp32", "optimum", "fp32", "plain", str(optimum),
+                              python=str(args.optimum_python)))
+    for name, path in specdec_bundles(target, draft, root, args.threads, args.npu).items():
+        precision = name.split()[-1]
+        configs.append(Config(f"specdec {name} plain", "specdec", precision, "plain", str(path),
+                              decode={"speculative": False}))
+        if "int4" in name:  # the exact layout pads plain steps; this is the fastest plain step (not bitwise equal)
+            configs.append(Config(f"specdec {name} plain, one-row steps", "specdec", precision, "plain", str(path),
+                                  decode={"speculative": False, "exact_layout": False}))
+        configs.append(Config(f"specdec {name} speculative (tuned)", "specdec", precision, "speculative", str(path)))
+    with tempfile.TemporaryDirectory():
+        for repeat in range(args.repeats):
+            for config in configs if repeat % 2 == 0 else configs[::-1]:  # alternate the order
+                if config.error is None:
+                    measure(config, ids, args.tokens, args.threads)
+                    print(f"[{repeat + 1}/{args.repeats}] {config.name}: "
+                          f"{config.tok_s[-1] if config.tok_s else config.error}", flush=True)
+    rows = report(configs)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps({"target": args.target, "threads": args.threads, "prompts": args.prompts,
+                                     "tokens": args.tokens, "repeats": args.repeats, "rows": rows,
+                                     "missing": missing}, indent=1))
+    for line in missing:
+        print(f"missing: {line}")
+
+
+def report(configs: list[Config]) -> list[dict[str, Any]]:
+    by_name = {c.name: c for c in configs}
+
+    def median(name: str) -> float | None:
+        config = by_name.get(name)
+        return statistics.median(config.tok_s) if config and config.tok_s else None
+
+    genai = {p: median(f"onnxruntime-genai {p}") for p in ("fp32", "int4")}
+    rows = []
+    print("\n| runtime | precision | mode | tok/s | × genai fp32 | × genai same precision |\n|---|---|---|---|---|---|")
+    for config in configs:
+        value = median(config.name)
+        row = {"name": config.name, "precision": config.precision, "mode": config.mode, "tok_s": value,
+               "vs_genai_fp32": value / genai["fp32"] if value and genai["fp32"] else None,
+               "vs_genai_same": value / genai[config.precision] if value and genai.get(config.precision) else None,
+               "error": config.error}
+        plain = by_name.get(config.name.replace("speculative (tuned)", "plain"))
+        if config.mode == "speculative" and plain is not None and plain.outputs:
+            row["identical_to_plain"] = sum(a == b for a, b in zip(config.outputs, plain.outputs, strict=False))
+        rows.append(row)
+
+        def fmt(x: float | None) -> str:
+            return "—" if x is None else f"{x:.2f}"
+
+        same = f" ({row['identical_to_plain']}/{len(plain.outputs)} identical)" if "identical_to_plain" in row else ""
+        print(f"| {config.name}{same} | {config.precision} | {config.mode} | {fmt(value)} | "
+              f"{fmt(row['vs_genai_fp32'])} | {fmt(row['vs_genai_same'])} |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
