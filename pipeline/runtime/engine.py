@@ -8,6 +8,7 @@ keep exactly that path, and the target's own next token becomes the next round's
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,7 +64,8 @@ class Engine:
         self.target = make_runner(self.info.graphs["target"], self.info, options)
         self.vocab = self.info.graphs["target"].vocab_size
         draft = self.info.graphs.get("draft")
-        self.drafter = Drafter(make_runner(draft, self.info, options), self.vocab) if draft is not None else None
+        draft_options = dataclasses.replace(options, threads=options.draft_threads)
+        self.drafter = Drafter(make_runner(draft, self.info, draft_options), self.vocab) if draft is not None else None
         self.eos = set(self.info.eos_token_ids)
         self.max_context = min(self.target.max_context, self.drafter.runner.max_context if self.drafter else 1 << 62)
 
