@@ -21,6 +21,7 @@ from specdec.pipeline.bench import analysis, gates, plots, report, trace
 from specdec.pipeline.bench.controls import DEFAULT as DEFAULT_CONTROLLERS
 from specdec.pipeline.bench.controls import controller_spec, sensor_args
 from specdec.pipeline.bench.gates import GateResult
+from specdec.pipeline.bench.launch import select_launch
 from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, run_on_device
 from specdec.pipeline.bench.payload import build_payload
 from specdec.pipeline.bench.prompts import BenchPrompt, load_bench_prompts
@@ -29,7 +30,8 @@ from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.sensors import thermal_events
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.profiles import RuntimeKind, Transport
+from specdec.pipeline.progress import Progress
 from specdec.pipeline.runtime.config import DecodeConfig, PruneParams, VerifyMode
 from specdec.pipeline.text import TextCodec
 
@@ -59,6 +61,7 @@ class BenchConfig:
     width: int | None = None
     threads: int | None = None
     python: str | None = None
+    runtime: RuntimeKind | None = None  # None: the profile's runtime.use
     cooldown: bool = True
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
@@ -107,7 +110,8 @@ def decode_spec(config: BenchConfig, profile: profiles.DeviceProfile, bundle: Bu
     return spec
 
 
-def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None) -> BenchOutcome:
+def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None,
+              progress: Progress | None = None) -> BenchOutcome:
     if config.repeats < 1:
         raise InputError("--repeats must be at least 1", "pass --repeats 1 or more")
     for text in config.asserts:
@@ -130,10 +134,12 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                 "threads": profile.runtime.threads if config.threads is None else config.threads,
                 "controllers": controls}
     python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
+    launch = select_launch(config.runtime or profile.runtime.use, python=python, cpu_mask=profile.runtime.cpu_mask,
+                           progress=progress)
     with StagedDirectory(config.output, force=config.force) as staged, tempfile.TemporaryDirectory() as scratch:
         payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
         run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
-                            on_event=on_event, sensors=sensors)
+                            on_event=on_event, sensors=sensors, launch=launch)
         run.warnings += sensors.notes + truncated
         results = assemble(config, profile, bundle, spec, prompts, run)
         write_outputs(staged.dir, results, run)
@@ -183,6 +189,7 @@ def assemble(config: BenchConfig, profile: profiles.DeviceProfile, bundle: Bundl
                    "android_version": info.android_version, "abi": info.abi, "battery_level": info.battery_level,
                    "charging": info.charging, "charging_source": info.charging_source,
                    "python": info.python.__dict__ if info.python else None},
+        "runtime": run.runtime,
         "profile": profile.name,
         "scenario": config.scenario,
         "config": {"decode": spec, "prompts": len(prompts), "repeats": config.repeats,
