@@ -32,13 +32,26 @@ def _site_packages() -> str:
     return str(Path(sys.prefix) / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages")
 
 
+def _root_cause(exc: BaseException) -> BaseException:
+    """numpy wraps a failed C-extension load in a page of advice; the cause is at the bottom."""
+    seen = {id(exc)}
+    while (inner := exc.__cause__ or exc.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        exc = inner
+    return exc
+
+
 def _import() -> tuple[Any, Any] | None:
     sys.path.append(_site_packages())
+    name = "numpy"
     try:
         import numpy
+
+        name = "onnxruntime"
         import onnxruntime
     except Exception as exc:  # ImportError, or OSError from a shared library
-        step("import", "failed", f"{type(exc).__name__}: {exc}")
+        cause = _root_cause(exc)
+        step("import", "failed", f"{name}: {type(cause).__name__}: {cause}")
         return None
     disable = getattr(onnxruntime, "disable_telemetry_events", None)
     if callable(disable):
