@@ -165,7 +165,6 @@ class _TreeFacts:
     onnxruntime: str
     packages: dict[str, str]
     dropped_extensions: list[str]
-    pruned_bytes: int
     bytecode: bool
 
 
@@ -187,8 +186,9 @@ def _assemble(work: Path, tree: Path, debs: list[fetch.Deb], wheels: list[Path],
         facts = _TreeFacts(
             python=next(d.version for d in debs if d.package == f"{recipe.PYTHON_PACKAGE}-minimal"),
             numpy=_wheel_version(wheels, "numpy"), onnxruntime=_wheel_version(wheels, "onnxruntime"),
-            packages={d.package: d.version for d in debs}, dropped_extensions=dropped, pruned_bytes=freed,
+            packages={d.package: d.version for d in debs}, dropped_extensions=dropped,
             bytecode=assemble.bytecode_supported())
+        log.info("pruned %.1f MB of tests, headers and tooling", freed / 1e6)
         assemble.write_device_files(tree, abi, {"abi": abi.abi, "loader": abi.loader, **asdict(facts)})
         task.advance()
     with progress.task("compiling bytecode"):

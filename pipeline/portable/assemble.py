@@ -13,12 +13,11 @@ needs no configuration file and works wherever it is unpacked.
 
 from __future__ import annotations
 
-import compileall
 import hashlib
 import json
 import logging
-import py_compile
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -106,6 +105,9 @@ def prune(root: Path) -> int:
     site = site_packages(root)
     for rel in recipe.SITE_PRUNE:
         drop(site / rel)
+    for name in recipe.DIST_INFO_PRUNE:
+        for path in site.glob(f"*.dist-info/{name}"):
+            drop(path)
     for path in sorted(root.rglob("*"), reverse=True):  # children before their parents
         if not path.exists():
             continue
@@ -217,9 +219,14 @@ def compile_bytecode(root: Path) -> bool:
         log.warning("this is Python %d.%d, not %s: the runtime ships without precompiled bytecode and "
                     "compiles modules on the device at each start", *sys.version_info[:2], recipe.PYTHON)
         return False
-    ok = compileall.compile_dir(stdlib_dir(root), quiet=2, workers=0,
-                                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    if not ok:
+    # One fresh interpreter, files in a fixed order: marshal's output depends on reference counts in
+    # the compiling process, so a busy one (a test run) or a worker pool would change bytes. -d: a
+    # fixed source path in the bytecode, not the random build dir (importlib puts the real one back).
+    source_dir = f"/specdec-runtime/lib/{recipe.PYTHON_PACKAGE}"
+    result = subprocess.run([sys.executable, "-I", "-m", "compileall", "-q", "-q", "--invalidation-mode",
+                             "unchecked-hash", "-d", source_dir, str(stdlib_dir(root))],
+                            capture_output=True, text=True, check=False, timeout=1800)
+    if result.returncode != 0:
         log.info("some modules did not compile to bytecode (Python 2 leftovers); they compile on import")
     return True
 

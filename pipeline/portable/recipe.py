@@ -49,6 +49,9 @@ SITE_PRUNE = frozenset({
     # the library closure, which would fail without it).
     "onnxruntime/capi/libonnxruntime.so.1.32.0",
 })
+# pip's install records: direct_url.json names this machine's cache path (the archive would differ
+# per machine), RECORD lists it; importlib.metadata needs neither.
+DIST_INFO_PRUNE = frozenset({"direct_url.json", "RECORD", "INSTALLER", "REQUESTED"})
 FILE_PRUNE_SUFFIXES = (".pyi", ".pxd", ".h", ".a", ".c", ".cpp", ".pc", ".exe")
 # Standard-library extensions that only exist for CPython's own test suite.
 DYNLOAD_PRUNE_PREFIXES = ("_test", "_ctypes_test", "xxlimited", "_xxtestfuzz", "_xxsubinterpreters")
@@ -96,7 +99,7 @@ def recipe(abi: AbiSpec, bytecode: bool) -> dict[str, object]:
     return {"recipe_version": RECIPE_VERSION, "abi": asdict(abi), "python": PYTHON, "suites": DEBIAN_SUITES,
             "debs": DEBS, "wheels": WHEELS, "bytecode": bytecode,
             "prune": [sorted(STDLIB_PRUNE), STDLIB_PRUNE_PREFIXES, sorted(TREE_PRUNE_DIRS), sorted(SITE_PRUNE),
-                      FILE_PRUNE_SUFFIXES, DYNLOAD_PRUNE_PREFIXES],
+                      FILE_PRUNE_SUFFIXES, DYNLOAD_PRUNE_PREFIXES, sorted(DIST_INFO_PRUNE)],
             "device_files": hashlib.sha256(json.dumps(device_files(), sort_keys=True).encode()).hexdigest()}
 
 

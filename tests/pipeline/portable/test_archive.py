@@ -83,6 +83,13 @@ def test_cached_archive_is_reused_offline(portable_runtime: tuple[RuntimeArchive
     assert [a.id for a in list_cached(xdg / "specdec" / "runtime")] == [archive.id]
 
 
+def test_rebuild_gives_the_same_archive(portable_runtime: tuple[RuntimeArchive, Path]) -> None:
+    # Content-addressed: the same inputs (downloads cached by the first build) give the same bytes.
+    archive, xdg = portable_runtime
+    again = build_runtime(BuildConfig(cache_dir=xdg / "specdec" / "runtime", force=True))
+    assert again.sha256 == archive.sha256 and again.path == archive.path
+
+
 def test_cli_info_and_cached_build(portable_runtime: tuple[RuntimeArchive, Path], monkeypatch: pytest.MonkeyPatch,
                                    tmp_path: Path) -> None:
     archive, xdg = portable_runtime
