@@ -15,6 +15,7 @@ from specdec.cli import (
     pipeline_cmd,
     profiles_cmd,
     quantize_cmd,
+    runtime_cmd,
     surgery_cmd,
     tune_cmd,
 )
@@ -62,11 +63,14 @@ COMMANDS = (
      "Plain vs speculative decoding on a device: latency, acceptance, power, thermal, CI gates."),
     ("generate", generate_cmd.generate, "Stream text with speculative decoding from any bundle."),
     ("inspect", inspect_cmd.inspect, "Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer."),
-    ("devices", devices_cmd.devices, "List adb devices: model, Android, ABI, battery, Python/numpy/onnxruntime."),
+    ("devices", devices_cmd.devices,
+     "List adb devices: model, Android, ABI, battery, device Python, portable runtime."),
 )
 for _name, _function, _help in COMMANDS:
     app.command(_name, help=_help)(guarded(_function))
 app.add_typer(profiles_cmd.app, name="profiles", help="Device profiles and scenario templates: list, show.")
+app.add_typer(runtime_cmd.app, name="runtime",
+              help="The portable arm64 device runtime (no Python needed on the phone): build, info.")
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from specdec.cli.console import RichProgress
 from specdec.cli.render import report_outcome
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.profiles import RuntimeKind, Transport
+from specdec.pipeline.progress import Task
 from specdec.pipeline.runtime.config import VerifyMode
 from specdec.pipeline.settings import parse_controllers
 
@@ -45,6 +47,10 @@ def bench(
                                            "default on for int8-compute bundles."),
     threads: int = typer.Option(None, help="onnxruntime threads on the device (profile's by default)."),
     python: str = typer.Option(None, "--python", help="Python on the device (profile's runtime.python)."),
+    runtime: RuntimeKind = typer.Option(
+        None, "--runtime", help="What runs the bench on the device: its own Python (device-python), the portable "
+                                "runtime pushed once (portable), or auto: the device's Python if it has numpy and "
+                                "onnxruntime, else portable (profile's runtime.use, default auto)."),
     cooldown: bool = typer.Option(True, "--cooldown/--no-cooldown", help="Wait for the profile's start temperature."),
     controllers: str = typer.Option(None, "--controllers",
                                     help="Adaptive controllers: all, none, or a list of beta,width,fallback,thermal,"
@@ -59,16 +65,24 @@ def bench(
                          adb_host=adb_host, adb_port=adb_port, prompts=prompts, limit=limit,
                          max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature, mode=mode,
                          seed=seed, tree_budget=tree_budget, depth=depth, width=width, threads=threads,
-                         python=python, cooldown=cooldown, tune=tune, calib=calib, exact_layout=exact_layout,
+                         python=python, runtime=runtime, cooldown=cooldown, tune=tune, calib=calib,
+                         exact_layout=exact_layout,
                          controllers=parse_controllers(controllers),
                          asserts=tuple(assertion or ()), baseline=baseline,
                          max_regression_pct=max_regression, force=force)
     source = Bundle.load(bundle)
-    with RichProgress().task("benchmarking (warm-up, then plain and speculative per prompt)") as task:
-        def on_event(event: dict[str, Any]) -> None:
-            if event.get("type") == "reply":
-                task.advance()
-                task.describe(f"benchmarking: {event['mode']} prompt {event['prompt']}")
+    progress = RichProgress()
+    # Opened at the runner's first event: the runtime push before it draws bars of its own.
+    with contextlib.ExitStack() as bars:
+        tasks: list[Task] = []
 
-        outcome = run_bench(config, source, on_event=on_event)
+        def on_event(event: dict[str, Any]) -> None:
+            if not tasks:
+                tasks.append(bars.enter_context(
+                    progress.task("benchmarking (warm-up, then plain and speculative per prompt)")))
+            if event.get("type") == "reply":
+                tasks[0].advance()
+                tasks[0].describe(f"benchmarking: {event['mode']} prompt {event['prompt']}")
+
+        outcome = run_bench(config, source, on_event=on_event, progress=progress)
     report_outcome(outcome)

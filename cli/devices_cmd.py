@@ -16,21 +16,42 @@ from specdec.pipeline.devices.adb_client import STATE_FIXES, AdbDeviceEntry
 from specdec.pipeline.devices.base import DeviceInfo
 from specdec.pipeline.devices.registry import list_adb_devices
 from specdec.pipeline.errors import DeviceError
+from specdec.pipeline.portable.archive import find_current
+from specdec.pipeline.portable.remote import present
 
 
 def _probe(entry: AdbDeviceEntry, python: str, host: str | None, port: int | None) -> dict[str, Any]:
     row: dict[str, Any] = {"serial": entry.serial, "state": entry.state, "model": entry.model,
-                           "info": None, "error": None}
+                           "info": None, "error": None, "runtime": None}
     if entry.state != "device":
         row["error"] = STATE_FIXES.get(entry.state, "check `adb devices -l` and reconnect it")
         return row
     try:
-        info = AdbDevice(serial=entry.serial, adb_host=host, adb_port=port).info(python)
+        device = AdbDevice(serial=entry.serial, adb_host=host, adb_port=port)
+        info = device.info(python)
+        row["runtime"] = _runtime_status(present(device), info.abi)
     except DeviceError as exc:  # one broken device must not hide the others
         row["error"] = exc.one_line()
         return row
     row["info"] = info
     return row
+
+
+def _runtime_status(on_device: dict[str, str], abi: str | None) -> dict[str, Any]:
+    """Which portable runtimes the device holds, and whether this machine's current one is among them."""
+    current = find_current(abi) if abi else None
+    return {"present": sorted(on_device), "current": current.id if current else None,
+            "current_present": bool(current and on_device.get(current.id) == current.sha256)}
+
+
+def _runtime_cell(status: dict[str, Any] | None) -> str:
+    if not status:
+        return "-"
+    if status["current_present"]:
+        return f"[green]present[/] {status['current']}"
+    if status["present"]:
+        return f"[yellow]older[/] {', '.join(status['present'])} (the next bench pushes the current one)"
+    return "not pushed (the bench pushes it once)"
 
 
 def _python_cell(info: DeviceInfo) -> str:
@@ -39,7 +60,7 @@ def _python_cell(info: DeviceInfo) -> str:
         return "-"
     if status.usable:
         return f"[green]ok[/] python {status.version}, numpy {status.numpy}, onnxruntime {status.onnxruntime}"
-    return f"[red]missing[/] {escape(', '.join(status.missing))}"
+    return f"[yellow]missing[/] {escape(', '.join(status.missing))}"
 
 
 def _charging_cell(info: DeviceInfo) -> str:
@@ -51,7 +72,8 @@ def _charging_cell(info: DeviceInfo) -> str:
 
 def render(rows: list[dict[str, Any]]) -> None:
     table = Table(title="adb devices", title_justify="left")
-    columns = ("serial", "state", "model", "Android", "ABI", "battery", "charging", "python / numpy / onnxruntime")
+    columns = ("serial", "state", "model", "Android", "ABI", "battery", "charging",
+               "device python / numpy / onnxruntime", "portable runtime")
     for column in columns:
         table.add_column(column)
     for row in rows:
@@ -59,11 +81,11 @@ def render(rows: list[dict[str, Any]]) -> None:
         if info is None:
             detail = f"[red]{escape(row['error'])}[/]" if row["error"] else "-"
             table.add_row(escape(row["serial"]), row["state"], escape(row["model"] or "-"), "-", "-", "-", "-",
-                          detail)
+                          detail, "-")
             continue
         battery = f"{info.battery_level}%" if info.battery_level is not None else "-"
         table.add_row(escape(info.serial), row["state"], escape(info.model), info.android_version or "-",
-                      info.abi or "-", battery, _charging_cell(info), _python_cell(info))
+                      info.abi or "-", battery, _charging_cell(info), _python_cell(info), _runtime_cell(row["runtime"]))
     out.print(table)
 
 
@@ -84,7 +106,7 @@ def devices(
         "python3", "--python", help="Python to check on the device, e.g. /data/local/tmp/python/bin/python3."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """List what adb sees: model, Android, ABI, battery and whether Python/numpy/onnxruntime are usable."""
+    """List what adb sees: model, Android, ABI, battery, the device's Python and the portable runtime on it."""
     entries = list_adb_devices(adb_host=adb_host, adb_port=adb_port)
     if serial:
         listed = ", ".join(e.serial for e in entries) or "none"

@@ -93,6 +93,12 @@ class ExportError(SpecdecError):
     exit_code = 5
 
 
+class RuntimeBuildError(SpecdecError):
+    """The portable device runtime cannot be built (package source unreachable, bad package)."""
+
+    exit_code = 5
+
+
 class ValidationError(SpecdecError):
     """A stage's output differs numerically from its input beyond tolerance."""
 

@@ -32,6 +32,15 @@ class Transport(str, enum.Enum):
     adb = "adb"
 
 
+class RuntimeKind(str, enum.Enum):
+    """What runs the bench on the device: auto = its own Python when that has numpy and
+    onnxruntime, else the portable runtime (pushed once; `specdec runtime build`)."""
+
+    auto = "auto"
+    portable = "portable"
+    device_python = "device-python"
+
+
 class CurrentUnit(str, enum.Enum):
     auto = "auto"
     microamp = "uA"
@@ -54,7 +63,8 @@ class DischargeSign(str, enum.Enum):
 
 class RuntimeSpec(StrictModel):
     remote_dir: str = "/data/local/tmp/specdec"
-    python: str = "python3"
+    use: RuntimeKind = RuntimeKind.auto
+    python: str = "python3"  # with use: device-python (or auto)
     threads: int = Field(4, ge=0)
     cpu_mask: str | None = None  # hex mask for `taskset`, e.g. "f0" for the big cores
     run_timeout_s: float = Field(1800, gt=0)

@@ -4,11 +4,20 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup_env.sh" dev
 VENV="${SPECDEC_VENV:-$ROOT/.venv}"
-if ! command -v adb >/dev/null 2>&1; then
+# adb and the stand-in phone's Android userland (mksh + toybox) and arm64 emulator (qemu-user);
+# the keyring lets apt check the Debian packages the portable runtime is built from.
+missing=()
+command -v adb >/dev/null 2>&1 || missing+=(adb)
+command -v mksh >/dev/null 2>&1 || missing+=(mksh)
+command -v toybox >/dev/null 2>&1 || missing+=(toybox)
+command -v qemu-aarch64 >/dev/null 2>&1 || missing+=(qemu-user)
+[ -f /usr/share/keyrings/debian-archive-keyring.gpg ] || missing+=(debian-archive-keyring)
+if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get update -qq && apt-get install -y -qq adb) >/dev/null || echo "warning: could not install adb; adb tests will be skipped"
+    (apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null \
+      || echo "warning: could not install ${missing[*]}; the tests that need them will be skipped"
   else
-    echo "warning: adb not found (apt-get install adb); adb tests will be skipped"
+    echo "warning: ${missing[*]} not found (apt-get install ${missing[*]}); the tests that need them will be skipped"
   fi
 fi
 cd "$ROOT"

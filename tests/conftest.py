@@ -38,3 +38,24 @@ def bundle_factory(tmp_path_factory: pytest.TempPathFactory, pair_factory):  # t
         return cache[key]
 
     return factory
+
+
+@pytest.fixture(scope="session")
+def portable_runtime(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """The portable arm64 runtime archive, built once per test run into a private cache.
+
+    Returns (archive, xdg_cache_home): with XDG_CACHE_HOME set to the second, specdec finds the
+    archive. Needs the package sources (apt: deb.debian.org, pip: its index); without them the
+    tests that need it skip, with the one-line error as the reason.
+    """
+    from specdec.pipeline.errors import RuntimeBuildError
+    from specdec.pipeline.portable.archive import BuildConfig, build_runtime
+
+    xdg = tmp_path_factory.mktemp("xdg-cache")
+    try:
+        archive = build_runtime(BuildConfig(cache_dir=xdg / "specdec" / "runtime"))
+    except RuntimeBuildError as exc:
+        if "cannot reach" in exc.problem or "not installed" in exc.problem or "needs" in exc.problem:
+            pytest.skip(f"cannot build the portable runtime here: {exc.one_line()}")
+        raise
+    return archive, xdg

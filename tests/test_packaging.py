@@ -37,6 +37,7 @@ def test_wheel_carries_code_and_data(tmp_path: Path) -> None:
                      "specdec/custom_ops/block_sparse_verify/function.py", "specdec/profiles/local-cpu.yaml",
                      "specdec/profiles/scenarios/chat.yaml", "specdec/pipeline/demo/target/model.safetensors",
                      "specdec/pipeline/demo/draft/tokenizer.json", "specdec/pipeline/demo/calib.txt",
-                     "specdec/pipeline/demo/eval_prompts.jsonl", "specdec/pipeline/quantize/calib_default.txt"):
+                     "specdec/pipeline/demo/eval_prompts.jsonl", "specdec/pipeline/quantize/calib_default.txt",
+                     "specdec/pipeline/portable/specdec-run", "specdec/pipeline/portable/boot.py"):
         assert required in names, required
     assert not any(n.startswith("specdec/tests/") for n in names)

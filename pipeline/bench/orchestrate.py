@@ -6,6 +6,7 @@ finished before the loss; the result then says it is partial and why.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import posixpath
@@ -14,11 +15,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from specdec.pipeline.bench.controls import SensorArgs
 from specdec.pipeline.bench.payload import RUN_SPEC, RUNTIME_ZIP
-from specdec.pipeline.devices.base import Device, DeviceInfo
+from specdec.pipeline.devices.base import Device, DeviceInfo, PythonStatus
 from specdec.pipeline.devices.sensor_log import SensorLog
 from specdec.pipeline.devices.sensors import (
     CooldownResult,
@@ -29,6 +30,7 @@ from specdec.pipeline.devices.sensors import (
     wait_for_cooldown,
 )
 from specdec.pipeline.devices.session import device_session
+from specdec.pipeline.devices.stale_runs import sweep_stale_runs
 from specdec.pipeline.errors import DeviceError, DeviceLostError
 from specdec.pipeline.profiles import DeviceProfile
 from specdec.pipeline.runtime.device_main import EVENTS
@@ -52,6 +54,7 @@ class DeviceRun:
     returncode: int | None = None
     log_tail: str = ""
     warnings: list[str] = field(default_factory=list)
+    runtime: dict[str, Any] = field(default_factory=dict)  # what ran the runner (RunnerLaunch.describe)
 
 
 def check_device(device: Device, profile: DeviceProfile, python: str) -> DeviceInfo:
@@ -66,17 +69,59 @@ def check_device(device: Device, profile: DeviceProfile, python: str) -> DeviceI
     return info
 
 
-def runner_command(workdir: str, python: str, cpu_mask: str | None, sensors: SensorArgs | None = None) -> str:
-    prefix = f"taskset {shlex.quote(cpu_mask)} " if cpu_mask else ""
-    zip_path = posixpath.join(workdir, RUNTIME_ZIP)
-    spec = posixpath.join(workdir, RUN_SPEC)
-    args = []
+RUNNER_MODULE = "specdec.pipeline.runtime.device_main"
+
+
+def runner_args(workdir: str, sensors: SensorArgs | None = None) -> str:
+    """The runner's arguments: its run spec, then the sensor files its controllers read."""
+    args = [shlex.quote(posixpath.join(workdir, RUN_SPEC))]
     for path in sensors.thermal_paths if sensors else []:
         args.append(f"--thermal-zone {shlex.quote(path)}")
     if sensors and sensors.battery:
         args.append(f"--battery {shlex.quote(sensors.battery[0])} {shlex.quote(sensors.battery[1])}")
+    return " ".join(args)
+
+
+def runner_command(workdir: str, python: str, cpu_mask: str | None, sensors: SensorArgs | None = None) -> str:
+    prefix = f"taskset {shlex.quote(cpu_mask)} " if cpu_mask else ""
+    zip_path = posixpath.join(workdir, RUNTIME_ZIP)
     return (f"PYTHONPATH={shlex.quote(zip_path)} {prefix}{shlex.quote(python)} -m "
-            f"specdec.pipeline.runtime.device_main {shlex.quote(spec)} {' '.join(args)}").rstrip()
+            f"{RUNNER_MODULE} {runner_args(workdir, sensors)}").rstrip()
+
+
+class RunnerLaunch(Protocol):
+    """What starts the runner on the device: its own Python, or the portable runtime (bench/launch.py)."""
+
+    def prepare(self, device: Device) -> DeviceInfo:
+        """Before the run's work dir exists: check the device, push what the runner needs."""
+
+    def preflight(self, device: Device, workdir: str) -> PythonStatus | None:
+        """In the work dir, before the run: start the interpreter once (None: nothing to check)."""
+
+    def command(self, workdir: str, sensors: SensorArgs | None) -> str: ...
+
+    def describe(self) -> dict[str, Any]:
+        """For results.json: which runtime ran the runner, and whether it was pushed."""
+
+
+@dataclass
+class DevicePython:
+    """The device's own Python, which must have numpy and onnxruntime."""
+
+    python: str
+    cpu_mask: str | None = None
+
+    def prepare(self, device: Device) -> DeviceInfo:
+        return check_device(device, device.profile, self.python)
+
+    def preflight(self, device: Device, workdir: str) -> PythonStatus | None:
+        return None
+
+    def command(self, workdir: str, sensors: SensorArgs | None) -> str:
+        return runner_command(workdir, self.python, self.cpu_mask, sensors)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": "device-python", "python": self.python}
 
 
 class _EventTail:
@@ -101,21 +146,26 @@ class _EventTail:
 
 def run_on_device(device: Device, profile: DeviceProfile, payload: Path, run_id: str, *, python: str,
                   cooldown: bool = True, on_event: ProgressSink | None = None,
-                  sensors: SensorArgs | None = None, info: DeviceInfo | None = None) -> DeviceRun:
-    info = info or check_device(device, profile, python)
-    run = DeviceRun(info=info)
+                  sensors: SensorArgs | None = None, launch: RunnerLaunch | None = None,
+                  info: DeviceInfo | None = None) -> DeviceRun:
+    launch = launch or DevicePython(python, profile.runtime.cpu_mask)
+    info = info or launch.prepare(device)  # callers that needed the device's identity first pass it
+    run = DeviceRun(info=info, runtime=launch.describe())
     if info.charging:
         run.warnings.append(f"{device.serial} is charging ({info.charging_source or 'source unknown'}): "
                             "USB charging masks the battery's discharge current, power figures are unreliable")
     timeout = profile.runtime.run_timeout_s
+    sweep_stale_runs(device, run_id)
     with device_session(device, run_id) as workdir:
         device.push(payload, workdir)
+        status = launch.preflight(device, workdir)
+        if status is not None:
+            run.info = dataclasses.replace(run.info, python=status)
         run.thermal_before = thermal_snapshot(device)
         if cooldown:
             run.cooldown = wait_for_cooldown(device, profile.sensors, profile.thermal)
         sampler: SensorSampler | None = start_sampling(device, profile.sensors, workdir, max_duration_s=timeout + 60)
-        job = device.start_background(runner_command(workdir, python, profile.runtime.cpu_mask, sensors), cwd=workdir,
-                                      name="runner", timeout_s=timeout)
+        job = device.start_background(launch.command(workdir, sensors), cwd=workdir, name="runner", timeout_s=timeout)
         tail = _EventTail(device, posixpath.join(workdir, EVENTS))
         try:
             while True:
@@ -151,6 +201,7 @@ def run_on_device(device: Device, profile: DeviceProfile, payload: Path, run_id:
                               "run with SPECDEC_DEBUG=1 and SPECDEC_KEEP_REMOTE=1 to inspect the device work dir")
     if not any(e.get("type") == "done" for e in run.events) and not run.partial:
         run.partial, run.partial_reason = True, "the runner stopped before finishing"
+    run.runtime = launch.describe()  # now with what prepare() did (pushed or reused)
     return run
 
 

@@ -62,6 +62,7 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
         sensors=_sensor_summary(run),
         controllers=_controller_summary(run.events),
         warnings=run.warnings + (run.sensors.warnings if run.sensors else []),
+        runtime=dict(run.runtime),
     )
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 from specdec.pipeline import profiles
 from specdec.pipeline.bench import gates, planning
 from specdec.pipeline.bench.controls import sensor_args
-from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, check_device, run_on_device
+from specdec.pipeline.bench.launch import select_launch
+from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, run_on_device
 from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bench.payload import build_payload
 from specdec.pipeline.bench.prompts import BenchPrompt, load_bench_prompts
@@ -24,7 +25,8 @@ from specdec.pipeline.bundle import Bundle, StagedDirectory
 from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.profiles import RuntimeKind, Transport
+from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.plan import DevicePlan, device_key
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.runtime.config import VerifyMode
@@ -65,6 +67,7 @@ class BenchConfig:
     width: int | None = None
     threads: int | None = None
     python: str | None = None
+    runtime: RuntimeKind | None = None  # None: the profile's runtime.use
     cooldown: bool = True
     tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
     calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
@@ -118,7 +121,8 @@ def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[Be
     return (held_out[-CALIBRATION_PROMPTS:] if held_out else [p.ids for p in measured])[:CALIBRATION_PROMPTS]
 
 
-def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None) -> BenchOutcome:
+def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None,
+              progress: Progress | None = None) -> BenchOutcome:
     profile = profiles.load_device(config.profile_name)
     if profile.transport is not config.device:
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
@@ -132,7 +136,11 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
     device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
                          adb_port=config.adb_port)
     python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
-    info = check_device(device, profile, python)
+    # Which runtime runs the runner (the device's Python, or the portable one pushed once) and what
+    # the device is: the plan of a bundle is per device.
+    launch = select_launch(config.runtime or profile.runtime.use, python=python, cpu_mask=profile.runtime.cpu_mask,
+                           progress=progress)
+    info = launch.prepare(device)
     threads = profile.runtime.threads if config.threads is None else config.threads
     key = device_key(config.device.value, info.model, info.abi, threads)
     plan = planning.stored_plan(bundle, key)
@@ -148,7 +156,7 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
     with StagedDirectory(config.output, force=config.force) as staged, tempfile.TemporaryDirectory() as scratch:
         payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
         run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
-                            on_event=on_event, sensors=sensors, info=info)
+                            on_event=on_event, sensors=sensors, launch=launch, info=info)
         run.warnings += settings.notes + sensors.notes + truncated
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)

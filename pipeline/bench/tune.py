@@ -18,14 +18,16 @@ from typing import Any
 
 from specdec.pipeline import profiles
 from specdec.pipeline.bench import planning
-from specdec.pipeline.bench.orchestrate import ProgressSink, check_device, run_on_device
+from specdec.pipeline.bench.launch import select_launch
+from specdec.pipeline.bench.orchestrate import ProgressSink, run_on_device
 from specdec.pipeline.bench.payload import build_payload
 from specdec.pipeline.bench.prompts import load_bench_prompts
 from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
 from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import BundleError, DeviceError, InputError, setting
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.profiles import RuntimeKind, Transport
+from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.plan import DevicePlan, TunePlan, device_key
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.settings import bundle_requirements, resolve_decode
@@ -45,6 +47,7 @@ class TuneConfig:
     calib: Path | None = None  # prompts to calibrate on (JSONL); default: held-out demo prompts
     threads: int | None = None
     python: str | None = None
+    runtime: RuntimeKind | None = None  # None: the profile's runtime.use
     max_new_tokens: int = 48
     exact_layout: bool | None = None
     force: bool = False
@@ -66,7 +69,8 @@ def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
     return [p.ids for p in chosen]
 
 
-def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | None = None) -> tuple[Bundle, DevicePlan]:
+def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | None = None,
+                progress: Progress | None = None) -> tuple[Bundle, DevicePlan]:
     if source.manifest.graphs.get("draft") is None:
         raise BundleError(f"bundle '{source.path}' has no draft graph: there is no tree to plan",
                           "export with --draft, or decode plainly")
@@ -84,7 +88,9 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
     device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
                          adb_port=config.adb_port)
     python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
-    info = check_device(device, profile, python)
+    launch = select_launch(config.runtime or profile.runtime.use, python=python, cpu_mask=profile.runtime.cpu_mask,
+                           progress=progress)
+    info = launch.prepare(device)
     threads = profile.runtime.threads if config.threads is None else config.threads
     key = device_key(config.device.value, info.model, info.abi, threads)
     request = planning.tune_request(source, options, key, prompts, only=True, max_new_tokens=config.max_new_tokens)
@@ -94,7 +100,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
             tempfile.TemporaryDirectory() as scratch:
         payload = build_payload(source, spec, Path(scratch) / "payload")
         run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=False,
-                            on_event=on_event, info=info)
+                            on_event=on_event, launch=launch, info=info)
         plan = planning.tuned_plan(run.events)
         if plan is None:
             raise DeviceError(f"{device.serial}: the device runner reported no plan{' (device lost)' * run.partial}",

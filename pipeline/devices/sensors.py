@@ -106,10 +106,11 @@ def plan_sensors(device: Device, sensors: SensorSpec) -> SensorPlan:
 
 def sampler_command(plan: SensorPlan, out_file: str, stop_file: str) -> str:
     header = " ".join(q(line) for line in header_lines(plan.fields, plan.interval_ms, plan.rapl_max_uj))
-    reads = " ".join(f"r {q(f.path)};" for f in plan.fields)
+    reads = " ".join(f"sample_value {q(f.path)};" for f in plan.fields)
     return "\n".join([
-        # `read` is a builtin: no fork per value; stderr of a missing file is dropped.
-        "r() { v=; read -r v < \"$1\"; printf '\\t%s' \"$v\"; } 2>/dev/null",
+        # `read` is a builtin: no fork per value; stderr of a missing file is dropped. (Not `r`:
+        # mksh, Android's sh, predefines the alias r='fc -e -', which shadows a function.)
+        "sample_value() { v=; read -r v < \"$1\"; printf '\\t%s' \"$v\"; } 2>/dev/null",
         f"{{ printf '%s\\n' {header}",
         f"while [ ! -e {q(stop_file)} ]; do",
         "  t=$(date +%s%N 2>/dev/null); case \"$t\" in ''|*[!0-9]*) t=\"$(date +%s)s\";; esac",

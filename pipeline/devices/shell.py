@@ -31,8 +31,9 @@ from specdec.pipeline.records.device import PythonStatus
 log = logging.getLogger(__name__)
 
 q = shlex.quote
-RC_MARKER = "__RC__:"
-_MARKER_RE = re.compile(re.escape(RC_MARKER) + r"(\d+)\r?\n?\Z")
+RC_MARKER = "__RC__:"  # the command's own exit code, printed by the shell that ran it
+END_MARKER = "__END__:"  # `timeout`'s exit code, printed last: its absence means the device was lost
+_MARKER_RE = re.compile(f"(?:{re.escape(RC_MARKER)}(\\d+)\r?\n)?{re.escape(END_MARKER)}(\\d+)\r?\n?\\Z")
 _JOB_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 # rm -rf on these would wipe far more than a run's work dir.
 _PROTECTED = {"/", "/data", "/data/local", "/data/local/tmp", "/sdcard", "/tmp", "/sys", "/proc", "/home"}
@@ -48,29 +49,39 @@ def in_dir(command: str, cwd: str | None) -> str:
     return command if cwd is None else f"cd {q(cwd)} && {{ {command}\n}}"
 
 
+# Runs as `sh -c _STATUS_OF CMD`: the command in a shell of its own (an `exit` in it ends only
+# that one), then its exit code. toybox 0.8.9's `timeout` (Android 14) races with a child that
+# exits at once and then reports 127 for it, so the code that counts comes from inside.
+_STATUS_OF = f'sh -c "$1"; echo "{RC_MARKER}$?"'
+
+
 def with_rc_marker(command: str, *, cwd: str | None, timeout_s: float) -> str:
     """`timeout` bounds the command on the device itself (killing adb leaves it running);
-    the marker carries the exit code even where adb drops it or the device vanishes."""
-    inner = f"timeout {seconds(timeout_s)} sh -c {q(command)}"
+    the markers carry the exit code even where adb drops it or the device vanishes."""
+    inner = f"timeout {seconds(timeout_s)} sh -c {q(_STATUS_OF)} specdec {q(command)}"
     if cwd is not None:
         inner = f"cd {q(cwd)} && {inner}"
-    return f"{inner}; echo {RC_MARKER}$?"
+    return f"{inner}; echo {END_MARKER}$?"
 
 
 def split_marker(stdout: str) -> tuple[str, int | None]:
-    """(output without the marker, exit code) or (output, None) when the marker is missing."""
+    """(output without the markers, exit code) or (output, None) when the end marker is missing.
+
+    The command's own code wins; without it (killed by `timeout`: 124, 137) `timeout`'s counts."""
     match = _MARKER_RE.search(stdout)
     if match is None:
         return stdout, None
-    return stdout[: match.start()], int(match.group(1))
+    own, outer = match.groups()
+    return stdout[: match.start()], int(own if own is not None else outer)
 
 
 def strip_marker_line(line: str) -> str | None:
-    """For streaming: hide the marker; a marker glued to unterminated output keeps the output."""
-    index = line.rfind(RC_MARKER)
-    if index < 0 or not line[index + len(RC_MARKER):].strip().isdigit():
-        return line
-    return line[:index] or None
+    """For streaming: hide the markers; a marker glued to unterminated output keeps the output."""
+    for marker in (RC_MARKER, END_MARKER):
+        index = line.rfind(marker)
+        if index >= 0 and line[index + len(marker):].strip().isdigit():
+            return line[:index] or None
+    return line
 
 
 # ----------------------------------------------------------------------------- processes
@@ -153,9 +164,12 @@ def job_files(cwd: str, name: str) -> BackgroundJob:
 # Runs on the device as `sh -c WRAPPER specdec-job PIDFILE T CMD RCFILE`. The pid file holds
 # "WRAPPER TIMEOUT": the wrapper lives until the rc file is written (so "running" never
 # flickers to "dead" before the exit code lands), `timeout` is what `stop_job` signals.
-# Files are written to .tmp and renamed so a poll never reads half a number.
-_WRAPPER = ('printf "%s " "$$" > "$1.tmp"; timeout "$2" sh -c "$3" & echo "$!" >> "$1.tmp"; mv "$1.tmp" "$1"; '
-            'wait "$!"; echo "$?" > "$4.tmp"; mv "$4.tmp" "$4"')
+# Files are written to .tmp and renamed so a poll never reads half a number. The command's own
+# exit code (RCFILE.cmd, see _STATUS_OF) beats `timeout`'s, which toybox 0.8.9 gets wrong.
+_WRAPPER = ('printf "%s " "$$" > "$1.tmp"; rm -f "$4.cmd"; '
+            'timeout "$2" sh -c \'sh -c "$1"; echo "$?" > "$0"\' "$4.cmd" "$3" & '
+            'echo "$!" >> "$1.tmp"; mv "$1.tmp" "$1"; wait "$!"; r=$?; '
+            'if [ -s "$4.cmd" ]; then read -r r < "$4.cmd"; fi; echo "$r" > "$4.tmp"; mv "$4.tmp" "$4"')
 
 
 def background_script(job: BackgroundJob, command: str, *, cwd: str, timeout_s: float) -> str:
@@ -165,7 +179,9 @@ def background_script(job: BackgroundJob, command: str, *, cwd: str, timeout_s: 
               f"{q(job.rc_file)} > {q(job.log_file)} 2>&1 < /dev/null &")
     wait_pid = (f"i=0; while [ ! -s {q(job.pid_file)} ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; "
                 f"cat {q(job.pid_file)}")
-    return f"mkdir -p {q(cwd)} && cd {q(cwd)} && rm -f {q(job.rc_file)} && {launch} {wait_pid}"
+    # `a && b &` backgrounds the whole list in a subshell; mksh (Android's sh) keeps that subshell,
+    # and with it adb's stdout, alive until the job ends, so only the nohup line may end in `&`.
+    return f"mkdir -p {q(cwd)} && cd {q(cwd)} && rm -f {q(job.rc_file)} || exit 1\n{launch}\n{wait_pid}"
 
 
 def job_state_script(job: BackgroundJob) -> str:
@@ -178,14 +194,20 @@ def job_state_script(job: BackgroundJob) -> str:
 
 
 def stop_job_script(job: BackgroundJob, grace_s: float = 2.0) -> str:
-    # TERM first so the job can flush; the negative pid reaches GNU timeout's own group.
-    # The rc file, not `kill -0`, tells when the wrapper is done: a zombie passes kill -0.
+    # TERM first so the job can flush. GNU `timeout` leads a process group of its own and passes
+    # TERM on; toybox's (Android) dies of it and leaves its child, which it made the leader of
+    # another group, running: so signal that group too (`pgrep -P`), and each target in its own
+    # `kill` (dash's stops at the first pid that does not exist). The rc file, not `kill -0`,
+    # tells when the wrapper is done: a zombie passes kill -0.
     pid, rc = q(job.pid_file), q(job.rc_file)
     steps = max(int(grace_s / 0.05), 1)
     return (f"w=; t=; read -r w t < {pid} 2>/dev/null; if [ -n \"$t\" ]; then "
-            f'kill -TERM "$t" 2>/dev/null; i=0; while [ ! -e {rc} ] && kill -0 "$w" 2>/dev/null && '
-            f'[ $i -lt {steps} ]; do sleep 0.05; i=$((i+1)); done; '
-            f'kill -KILL -- "-$t" "$t" "$w" 2>/dev/null; fi; true')
+            'c=$(pgrep -P "$t" 2>/dev/null); '
+            'for p in "$t" $c; do kill -TERM "$p" 2>/dev/null; kill -TERM -- "-$p" 2>/dev/null; done; '
+            f'i=0; while [ ! -e {rc} ] && kill -0 "$w" 2>/dev/null && [ $i -lt {steps} ]; do sleep 0.05; '
+            'i=$((i+1)); done; '
+            'for p in "$t" $c; do kill -KILL -- "-$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done; '
+            'kill -KILL "$w" 2>/dev/null; fi; true')
 
 
 def parse_pids(text: str) -> tuple[int, int] | None:

@@ -289,6 +289,7 @@ class BenchResults:
     controllers: ControllerSummary
     warnings: list[str]
     gates: list[GateResult] = field(default_factory=list)
+    runtime: dict[str, Any] = field(default_factory=dict)  # what ran the runner: device Python or portable runtime
     plan: PlanReport | None = field(default=None, metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:

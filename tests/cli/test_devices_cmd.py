@@ -70,3 +70,32 @@ def test_devices_without_adb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert result.exit_code == 8
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "adb binary was not found" in lines[0] and "apt-get install adb" in lines[0]
+
+
+@pytest.mark.adb
+def test_devices_portable_runtime_column(adb_environ: AdbServer, make_standin: MakeStandin,  # noqa: F811
+                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from specdec.cli import devices_cmd
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built here
+    dev = make_standin(model="Stock_Phone")
+    row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
+    assert "missing python (python3)" in row and "not pushed" in row
+    current = SimpleNamespace(id="0123456789abcdef", sha256="0123456789abcdef" + "0" * 48)
+    older = "fedcba9876543210"
+    marker = dev.fs.host_path(f"/data/local/tmp/specdec/runtime/{older}/.specdec-complete")
+    marker.parent.mkdir(parents=True)
+    marker.write_text(older + "1" * 48 + "\n")
+    (marker.parent.parent / ".0123456789abcdef.partial-1234").mkdir()  # a push in progress is not "present"
+    monkeypatch.setattr(devices_cmd, "find_current", lambda abi: current)
+    row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
+    assert f"older {older}" in row
+    done = dev.fs.host_path(f"/data/local/tmp/specdec/runtime/{current.id}/.specdec-complete")
+    done.parent.mkdir()
+    done.write_text(current.sha256 + "\n")
+    (data,) = json.loads(CliRunner().invoke(app, ["devices", "--json"]).output)
+    assert data["runtime"] == {"present": sorted([older, current.id]), "current": current.id, "current_present": True}
+    row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
+    assert f"present {current.id}" in row

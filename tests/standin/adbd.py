@@ -246,6 +246,22 @@ class Connection:
         ).start()
 
 
+def session_members(sessions: set[int]) -> list[int]:
+    """Pids of live processes in any of these sessions (from /proc/PID/stat)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not sessions:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # after "(comm)": state ppid pgrp session ...
+        if len(fields) > 3 and fields[3].isdigit() and int(fields[3]) in sessions:
+            found.append(int(entry.name))
+    return found
+
+
 class StandinDevice:
     """A fake phone listening on loopback; see README.md for the knobs."""
 
@@ -343,7 +359,8 @@ class StandinDevice:
 
     # ------------------------------------------------------------ processes
     def spawn(self, command: str | None, merge_stderr: bool) -> subprocess.Popen[bytes]:
-        argv = ["/bin/sh"] if command is None else ["/bin/sh", "-c", self.fs.rewrite_command(command)]
+        shell = self.fs.shell
+        argv = [shell] if command is None else [shell, "-c", self.fs.rewrite_command(command)]
         proc = subprocess.Popen(
             argv,
             cwd=self.fs.tmp,
@@ -358,12 +375,13 @@ class StandinDevice:
         return proc
 
     def release(self, proc: subprocess.Popen[bytes]) -> None:
-        """Called once a command was reaped: keep its group only if jobs remain."""
+        """Called once a command was reaped: keep its session only if jobs remain."""
         try:
             os.killpg(proc.pid, 0)
         except OSError:
-            with self._lock:
-                self._groups.discard(proc.pid)
+            if not session_members({proc.pid}):
+                with self._lock:
+                    self._groups.discard(proc.pid)
 
     def kill_processes(self) -> None:
         with self._lock:
@@ -371,6 +389,11 @@ class StandinDevice:
             self._groups.clear()
         for pgid in groups:
             kill_group(pgid)
+        # Jobs under `timeout` leave the command's group (GNU timeout leads a group of its own,
+        # toybox's puts its child in one) but stay in its session: a reboot takes them too.
+        for pid in session_members(set(groups)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
 
     def _forget(self, conn: Connection) -> None:
         with self._lock:

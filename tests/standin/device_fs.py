@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,11 @@ MAPPED_DIRS: tuple[str, ...] = (
 )
 
 DEFAULT_HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# Userlands: "toybox" runs commands with mksh and only toybox applets on PATH, like Android's
+# /system/bin (Debian packages mksh and toybox); "host" runs them with /bin/sh and the host's
+# GNU tools below. "auto" picks toybox when both are installed; STANDIN_USERLAND sets the default.
+USERLANDS = ("auto", "toybox", "host")
 
 # Roughly what toybox offers on a real device; only these leak from the host so
 # a `python=None` device really has no python3 (or anything else surprising).
@@ -138,6 +144,9 @@ class DeviceConfig:
     extra_props: dict[str, str] = field(default_factory=dict)
     # Strip the sandbox root from shell output (`pwd` -> /data/local/tmp).
     unmap_output: bool = True
+    userland: str = field(default_factory=lambda: os.environ.get("STANDIN_USERLAND", "auto"))
+    # Extra environment of device commands (e.g. SPECDEC_EXEC_WRAPPER for an emulator).
+    env: dict[str, str] = field(default_factory=dict)
 
     def with_overrides(self, **knobs: object) -> DeviceConfig:
         names = {f.name for f in dataclasses.fields(self)}
@@ -147,6 +156,22 @@ class DeviceConfig:
         return dataclasses.replace(self, **knobs)  # type: ignore[arg-type]
 
 
+def toybox_tools(host_path: str = DEFAULT_HOST_PATH) -> tuple[str, str] | None:
+    """(mksh, toybox) host paths when both are installed."""
+    mksh, toybox = shutil.which("mksh", path=host_path), shutil.which("toybox", path=host_path)
+    return (mksh, toybox) if mksh and toybox else None
+
+
+def resolve_userland(config: DeviceConfig) -> str:
+    if config.userland not in USERLANDS:
+        raise ValueError(f"userland must be one of {USERLANDS}, not {config.userland!r}")
+    if config.userland == "auto":
+        return "toybox" if toybox_tools(config.host_path) else "host"
+    if config.userland == "toybox" and not toybox_tools(config.host_path):
+        raise FileNotFoundError("userland='toybox' needs mksh and toybox (apt-get install mksh toybox)")
+    return config.userland
+
+
 class DeviceFs:
     """Creates and mutates the sandbox; maps device paths to host paths."""
 
@@ -154,6 +179,10 @@ class DeviceFs:
         self.root = root.resolve()
         self.config = config
         self.props: dict[str, str] = {}
+        self.userland = resolve_userland(config)
+        tools = toybox_tools(config.host_path) if self.userland == "toybox" else None
+        # The device's shell: what `sh -c` and the fake tools' #! lines use.
+        self.shell = tools[0] if tools else "/bin/sh"
         self._dir_re = re.compile(
             r"(?<![\w.\-/])(" + "|".join(re.escape(d) for d in MAPPED_DIRS) + r")(?![\w.\-])"
         )
@@ -166,6 +195,11 @@ class DeviceFs:
     @property
     def state_dir(self) -> Path:
         return self.root / ".standin"
+
+    @property
+    def system_bin(self) -> Path:
+        """Where the device's tools live (Android: /system/bin): host tools or toybox applets."""
+        return self.state_dir / ("toybox-bin" if self.userland == "toybox" else "hostbin")
 
     def rewrite_command(self, command: str) -> str:
         """Point device paths in a shell command at the sandbox.
@@ -193,7 +227,7 @@ class DeviceFs:
         # A clean environment: nothing from the test process (VIRTUAL_ENV,
         # PYTHONPATH, ...) may leak into "device" commands.
         return {
-            "PATH": f"{self.root / 'bin'}:{self.state_dir / 'hostbin'}",
+            "PATH": f"{self.root / 'bin'}:{self.system_bin}",
             # Real shells have TMPDIR=/data/local/tmp (mkshrc); HOME stays out
             # of it so tools' caches don't show up in listings of tmp.
             "HOME": str(self.state_dir / "home"),
@@ -201,7 +235,8 @@ class DeviceFs:
             "ANDROID_DATA": "/data",
             "ANDROID_ROOT": "/system",
             "EXTERNAL_STORAGE": "/sdcard",
-            "SHELL": "/bin/sh",
+            "SHELL": "/system/bin/sh" if self.userland == "toybox" else "/bin/sh",
+            **self.config.env,
         }
 
     # ----------------------------------------------------------- build
@@ -231,14 +266,21 @@ class DeviceFs:
         self._build_sysfs()
 
     def _link_host_tools(self) -> None:
-        hostbin = self.state_dir / "hostbin"
-        if hostbin.exists():
-            shutil.rmtree(hostbin)
-        hostbin.mkdir()
+        bindir = self.system_bin
+        if bindir.exists():
+            shutil.rmtree(bindir)
+        bindir.mkdir(parents=True)
+        if self.userland == "toybox":
+            mksh, toybox = toybox_tools(self.config.host_path) or ("", "")
+            applets = subprocess.run([toybox], capture_output=True, text=True, check=True).stdout.split()
+            for name in applets:
+                (bindir / name).symlink_to(toybox)
+            (bindir / "sh").symlink_to(mksh)
+            return
         for name in HOST_TOOLS:
             found = shutil.which(name, path=self.config.host_path)
             if found:
-                (hostbin / name).symlink_to(found)
+                (bindir / name).symlink_to(found)
 
     def _write_props(self) -> None:
         text = "".join(f"{k}={v}\n" for k, v in sorted(self.props.items()))
@@ -262,6 +304,7 @@ class DeviceFs:
             # from the path it is invoked by.
             scripts["python3"] = f'#!/bin/sh\nexec {q(self.config.python)} "$@"\n'
         for name, text in scripts.items():
+            text = text.replace("#!/bin/sh\n", f"#!{self.shell}\n", 1)
             self._put(bindir / name, text)
             (bindir / name).chmod(0o755)
 

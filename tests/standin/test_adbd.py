@@ -243,3 +243,18 @@ def test_two_devices_at_once(adb_env: AdbServer, make_standin: MakeStandin) -> N
     assert f"{a.serial}\tdevice" in listing and f"{b.serial}\tdevice" in listing
     assert shell(adb_env, a, "getprop ro.serialno").stdout == "AAA\n"
     assert shell(adb_env, b, "getprop ro.serialno").stdout == "BBB\n"
+
+
+def test_android_userland(adb_env: AdbServer, make_standin: MakeStandin) -> None:
+    from .device_fs import toybox_tools
+
+    if toybox_tools() is None:
+        pytest.skip("mksh and toybox are not installed (apt-get install mksh toybox)")
+    dev = make_standin(userland="toybox", env={"SPECDEC_EXEC_WRAPPER": "/x/qemu"})
+    r = shell(adb_env, dev, 'echo "$KSH_VERSION"; command -v awk || echo no-awk; readlink "$(command -v ls)"; '
+                            'echo "$SPECDEC_EXEC_WRAPPER"')
+    lines = r.stdout.splitlines()
+    assert "MIRBSD KSH" in lines[0] and lines[1] == "no-awk" and lines[2].endswith("toybox")
+    assert lines[3] == "/x/qemu"
+    host = make_standin(userland="host")
+    assert shell(adb_env, host, 'echo "${KSH_VERSION:-dash}"').stdout == "dash\n"

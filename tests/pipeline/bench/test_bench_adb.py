@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.errors import DeviceError
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.errors import DeviceError, InputError
+from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.records.codec import dump
 
 pytestmark = pytest.mark.adb
@@ -82,7 +82,16 @@ def test_cli_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_fil
 def test_device_without_python(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
     device = make_standin(python=None)
     with pytest.raises(DeviceError, match=r"cannot run the bench runner: missing python \(python3\)"):
-        run_bench(_config(tmp_path / "out", device.serial, prompts_file), bench_bundle)
+        run_bench(_config(tmp_path / "out", device.serial, prompts_file, runtime=RuntimeKind.device_python),
+                  bench_bundle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_portable_runtime_is_for_adb_devices(bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, max_new_tokens=4, cooldown=False,
+                         runtime=RuntimeKind.portable)
+    with pytest.raises(InputError, match="portable runtime is for Android devices"):
+        run_bench(config, bench_bundle)
     assert not (tmp_path / "out").exists()
 
 

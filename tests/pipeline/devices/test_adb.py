@@ -219,3 +219,42 @@ def test_info_with_python_and_charging(adb_environ: AdbServer, make_standin: Mak
     assert info.python is not None and info.python.usable, info.extra
     assert info.python.version == "{}.{}.{}".format(*sys.version_info[:3])
     assert info.python.numpy and info.python.onnxruntime and info.python.missing == []
+
+
+@pytest.fixture(params=["toybox", "host"])
+def any_userland(request: pytest.FixtureRequest, adb_environ: AdbServer,
+                 make_standin: MakeStandin) -> tuple[AdbDevice, StandinDevice]:
+    """The same checks with Android's mksh + toybox and with the host's sh + GNU tools."""
+    from standin.device_fs import toybox_tools
+
+    if request.param == "toybox" and toybox_tools() is None:
+        pytest.skip("mksh and toybox are not installed (apt-get install mksh toybox)")
+    dev = make_standin(userland=request.param)
+    return AdbDevice(make_profile()), dev
+
+
+def test_exit_codes_are_the_commands_own(any_userland: tuple[AdbDevice, StandinDevice]) -> None:
+    # toybox 0.8.9's `timeout` (Android 14) reports 127 for about half the commands that exit at once.
+    device, _ = any_userland
+    assert [device.run("true", timeout_s=30).returncode for _ in range(30)] == [0] * 30
+    assert device.run("exit 3", timeout_s=30).returncode == 3
+    assert device.run("kill -9 $$", timeout_s=30).returncode == 137
+    fast = [device.start_background("exit 5", cwd=WORK, name=f"fast{i}", timeout_s=30) for i in range(8)]
+    assert [device.wait_job(job, timeout_s=15, poll_s=0.1) for job in fast] == [5] * 8
+
+
+def test_stop_job_ends_the_whole_job(any_userland: tuple[AdbDevice, StandinDevice]) -> None:
+    # toybox's `timeout` dies of TERM and leaves its child, the leader of a group of its own, running.
+    device, dev = any_userland
+    job = device.start_background(f"echo $$ > {WORK}/me; exec sleep 30", cwd=WORK, name="victim", timeout_s=60)
+    me = host_path(dev, f"{WORK}/me")
+    deadline = time.monotonic() + 10
+    while not me.exists() or not me.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    pid = int(me.read_text())
+    device.stop_job(job)
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and " Z " not in Path(f"/proc/{pid}/stat").read_text():
+        assert time.monotonic() < deadline, "the job's command survived stop_job"
+        time.sleep(0.05)
