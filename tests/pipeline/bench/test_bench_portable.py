@@ -124,7 +124,7 @@ def test_ctrl_c_and_device_loss_keep_the_runtime(arm_phone: tuple[StandinDevice,
             device.kill()
 
     outcome = run_bench(config, bench_bundle, on_event=lose)
-    assert outcome.results["partial"] and "device lost" in outcome.results["partial_reason"]
+    assert outcome.results.partial and "device lost" in (outcome.results.partial_reason or "")
     device.start()
     adb_environ.disconnect(device)
     adb_environ.connect(device)
