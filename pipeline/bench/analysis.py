@@ -156,7 +156,7 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
         reply_ms=reply_ms["speculative"],
         mean_accepted_len=statistics.fmean(accepted) if accepted else None,
         acceptance_rate=alpha,
-        predicted_speedup=predicted,
+        predicted_speedup=predicted, analytic_speedup=predicted,
         cost_ratio_r=cost_ratio,
         fixed_call_ms=fixed,
         per_node_ms=per_node,

@@ -164,8 +164,9 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         used = plan or tuned
         if used is not None:
             source = "bundle" if plan is not None else "tuned on the device"
-            results = dataclasses.replace(results, plan=planning.report(used, source, run.events,
-                                                                        results.figures.speedup, tuned))
+            plan_report = planning.report(used, source, run.events, results.figures.speedup, tuned)
+            figures = dataclasses.replace(results.figures, predicted_speedup=plan_report.predicted_speedup)
+            results = dataclasses.replace(results, plan=plan_report, figures=figures)
         write_outputs(staged.dir, results, run)
         outcome = BenchOutcome(results, config.output, run=run)
         outcome.gates = gates.check_assertions(list(config.asserts), results)

@@ -77,7 +77,8 @@ class Figures:
     reply_ms: float | None = None
     mean_accepted_len: float | None = None
     acceptance_rate: float | None = None
-    predicted_speedup: float | None = None
+    predicted_speedup: float | None = None  # the plan's cost model where a plan ran, else the chain formula
+    analytic_speedup: float | None = None  # S = (1 - a^(g+1)) / ((1 - a)(1 + g r)): assumes verify costs one step
     cost_ratio_r: float | None = None
     fixed_call_ms: float | None = None
     per_node_ms: float | None = None
