@@ -54,7 +54,7 @@ COMMANDS = (
     ("quantize", quantize_cmd.quantize,
      "Quantize weights to INT4 MatMulNBits (AWQ, GPTQ or RTN) with a quality report."),
     ("compile", compile_cmd.compile_,
-     "Compile bucketed static-shape graphs (fixed KV buffer), ORT format, readiness report."),
+     "Compile the graphs in a runtime flavour: fused cpu graphs, or static npu q × context variants."),
     ("bench", bench_cmd.bench,
      "Plain vs speculative decoding on a device: latency, acceptance, power, thermal, CI gates."),
     ("generate", generate_cmd.generate, "Stream text with speculative decoding from any bundle."),
