@@ -165,7 +165,7 @@ class BucketTable:
     prefill_chunk: int
     format: OutputFormat
     profile: str
-    graphs: dict[str, list[BucketVariant]]  # by role, ascending q
+    graphs: dict[str, list[BucketVariant]]  # by role, ascending context bucket, then q
     flavour: GraphFlavour = field(default=GraphFlavour.npu, metadata=OMIT_DEFAULT)
     fused: dict[str, FusedGraph] = field(default_factory=dict, metadata=OMIT_DEFAULT)
     weights: dict[str, str] = field(default_factory=dict, metadata=OMIT_DEFAULT)  # by role: shared data file
