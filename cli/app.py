@@ -56,7 +56,7 @@ COMMANDS = (
     ("quantize", quantize_cmd.quantize,
      "Quantize weights to INT4 MatMulNBits (AWQ, GPTQ or RTN) with a quality report."),
     ("compile", compile_cmd.compile_,
-     "Compile bucketed static-shape graphs (fixed KV buffer), ORT format, readiness report."),
+     "Compile the graphs in a runtime flavour: fused cpu graphs, or static npu q × context variants."),
     ("tune", tune_cmd.tune,
      "Measure the device's cost curve and acceptance; store the tree that maximizes tokens/s as the plan."),
     ("bench", bench_cmd.bench,

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from specdec.cli.console import RichProgress, err
-from specdec.cli.render import readiness_table
+from specdec.cli.render import human_bytes, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
 from specdec.pipeline.errors import InputError
@@ -34,18 +34,30 @@ def compile_(
     draft_buckets: str = typer.Option(None, "--draft-buckets", help="Draft frontier buckets, e.g. 1,4,8,16."),
     max_context: int = typer.Option(None, "--max-context", help="KV buffer slots (profile's by default)."),
     prefill_chunk: int = typer.Option(None, "--prefill-chunk", help="Tokens per prefill call (profile's)."),
-    output_format: OutputFormat = typer.Option(OutputFormat.both, "--format", help="onnx, ort or both."),
+    context_buckets: str = typer.Option(None, "--context-buckets",
+                                        help="npu: KV slots per context bucket, e.g. 128,256,512,1024 (profile's; "
+                                        "capped at --max-context, which is always the last)."),
+    output_format: OutputFormat = typer.Option(None, "--format", help="onnx, ort or both (npu: onnx, whose variants "
+                                               "share weights; ORT format repeats them per variant; cpu: both)."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
-    """Compile bucketed static-shape graphs with a fixed KV buffer, ORT format and a readiness report."""
+    """Compile the bundle's graphs in a runtime flavour: fused cpu graphs, or npu static q × context variants."""
     config = CompileConfig(output=output, profile=profile, target=target, buckets=parse_sizes(buckets, "--buckets"),
                            draft_buckets=parse_sizes(draft_buckets, "--draft-buckets"), max_context=max_context,
-                           prefill_chunk=prefill_chunk, format=output_format, force=force)
+                           prefill_chunk=prefill_chunk,
+                           context_buckets=parse_sizes(context_buckets, "--context-buckets"), format=output_format,
+                           force=force)
     result = compile_bundle(config, Bundle.load(bundle), progress=RichProgress())
     report = result.manifest.reports["compile"]
     worst = max(report["max_abs_diff"].values())
     if "readiness" in report:
         err.print(readiness_table(report["readiness"]))
+    for role, size in report.get("sizes", {}).items():
+        err.print(f"{role}: {size['variants']} variants over context buckets {report['context_buckets']}, weights "
+                  f"{human_bytes(size['shared_weights_bytes'])} shared by the onnx variants "
+                  f"({human_bytes(size['inline_weights_bytes'])} if each held its own)")
+    for note in report.get("notes", []):
+        err.print(f"[yellow]note[/]: {note}")
     what = "every bucket matches" if report.get("flavour") == GraphFlavour.npu.value else "the fused graphs match"
     err.print(f"[green]validated[/]: {what} the dynamic graph (max |diff| {worst:.2g}, relative)")
     invariance = report.get("invariance")

@@ -69,12 +69,43 @@ def render_compiled(summary: dict[str, Any]) -> None:
     for role, graph in table.get("fused", {}).items():
         ops = ", ".join(f"{op} ×{count}" for op, count in graph["ops"].items())
         out.print(f"  {role}: {graph.get('ort_file') or graph['file']} — {ops}")
-    for role, variants in table.get("graphs", {}).items():
-        out.print(f"  {role} buckets: q ∈ {{{', '.join(str(v['q']) for v in variants)}}}")
+    if table.get("graphs"):
+        sizes = summary["reports"].get("compile", {}).get("sizes", {})
+        out.print(bucket_grid(table))
+        for line in shared_weights_lines(table, sizes):
+            out.print(line)
     invariance = summary["reports"].get("compile", {}).get("invariance")
     if invariance:
         out.print(f"  batch invariance (target): single row {invariance['single_row']}, exact-layout chain "
                   f"{invariance['chain']}, tree {invariance['tree']}")
+
+
+def bucket_grid(table: dict[str, Any]) -> Table:
+    """The npu dispatch table: one row per role and query bucket q, one column per context bucket."""
+    contexts = sorted({v.get("context") or table["max_context"] for vs in table["graphs"].values() for v in vs})
+    grid = Table(title="variants q × context", title_justify="left")
+    grid.add_column("role")
+    grid.add_column("q", justify="right")
+    for context in contexts:
+        grid.add_column(str(context), justify="center")
+    for role, variants in table["graphs"].items():
+        have = {(v["q"], v.get("context") or table["max_context"]) for v in variants}
+        for q in sorted({q for q, _ in have}):
+            grid.add_row(role, str(q), *("✓" if (q, c) in have else "·" for c in contexts))
+    return grid
+
+
+def shared_weights_lines(table: dict[str, Any], sizes: dict[str, Any]) -> list[str]:
+    """Where each role's onnx variants read their weights, and what sharing them saves."""
+    lines = []
+    for role, data in table.get("weights", {}).items():
+        line = f"  {role} weights: {data}, shared by its onnx variants"
+        shared = sizes.get(role)
+        if shared:
+            line += (f" ({human_bytes(shared['shared_weights_bytes'])}; "
+                     f"{human_bytes(shared['inline_weights_bytes'])} if each variant held its own)")
+        lines.append(line)
+    return lines
 
 
 def inspect(

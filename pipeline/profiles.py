@@ -106,13 +106,16 @@ class CompileSpec(StrictModel):
     # npu: static-shape standard-op buckets for NNAPI/QNN-style runtimes.
     target: GraphFlavour = GraphFlavour.cpu
     max_context: int = Field(2048, ge=16)
-    buckets: list[int] = Field(default_factory=lambda: [8, 24, 48, 96])
+    buckets: list[int] = Field(default_factory=lambda: [8, 16, 24, 48, 96])
     draft_buckets: list[int] = Field(default_factory=lambda: [1, 4, 8, 16])
     prefill_chunk: int = Field(64, ge=1)
+    # npu: KV slots of each context-length bucket (attention spans the smallest that holds the
+    # sequence); capped at max_context, which is always the last bucket
+    context_buckets: list[int] = Field(default_factory=lambda: [128, 256, 512, 1024])
 
     @model_validator(mode="after")
     def _increasing(self) -> CompileSpec:
-        for name in ("buckets", "draft_buckets"):
+        for name in ("buckets", "draft_buckets", "context_buckets"):
             values = getattr(self, name)
             if not values or values[0] < 1 or any(b >= a for a, b in zip(values[1:], values, strict=False)):
                 raise ValueError(f"{name} must be increasing and >= 1, got {values}")

@@ -46,6 +46,8 @@ class CompileSettings:
     prefill_chunk: int
     format: OutputFormat
     profile: str
+    # npu: the KV slots each context bucket spans, ascending, max_context last
+    context_buckets: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,12 @@ class CompileConfig:
     draft_buckets: tuple[int, ...] | None = None
     max_context: int | None = None
     prefill_chunk: int | None = None
-    format: OutputFormat = OutputFormat.both
+    # npu: context-length buckets (KV slots a variant attends over); profile's when None, capped
+    # at max_context, which is always the last bucket
+    context_buckets: tuple[int, ...] | None = None
+    # None: the flavour's default, onnx for npu (its variants share weights files, which ORT
+    # format cannot reference) and both for cpu
+    format: OutputFormat | None = None
     force: bool = False
 
     def resolve(self) -> CompileSettings:
@@ -67,23 +74,31 @@ class CompileConfig:
         draft = self.draft_buckets or tuple(spec.draft_buckets)
         context = self.max_context or spec.max_context
         chunk = self.prefill_chunk or spec.prefill_chunk
+        contexts: tuple[int, ...] = ()
         if flavour is GraphFlavour.npu:  # the cpu flavour runs any tree size: buckets do not apply
-            for name, values in (("buckets", buckets), ("draft_buckets", draft)):
-                if values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
+            examples = {"buckets": "8,24,48,96", "draft_buckets": "1,4,8,16", "context_buckets": "128,256,512,1024"}
+            given = self.context_buckets or tuple(spec.context_buckets)
+            for name, values in (("buckets", buckets), ("draft_buckets", draft), ("context_buckets", given)):
+                if not values or values[0] < 1 or any(b <= a for a, b in itertools.pairwise(values)):
                     raise InputError(f"{setting(name)} must be increasing and at least 1, got {list(values)}",
-                                     f"pass e.g. {setting('buckets')} 8,24,48,96")
+                                     f"pass e.g. {setting(name)} {examples[name]}")
             largest = max(*buckets, *draft, chunk)
             if context <= largest:
                 raise InputError(f"{setting('max_context')} {context} is not larger than the largest bucket "
                                  f"({largest})", f"raise {setting('max_context')} or use smaller buckets")
-        return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, self.format,
-                               self.profile)
+            contexts = (*(c for c in given if c < context), context)
+        output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
+        return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, output_format,
+                               self.profile, contexts)
 
     def record(self) -> dict[str, Any]:
         settings = self.resolve()
-        return {"profile": self.profile, "target": settings.flavour.value, "buckets": list(settings.buckets),
-                "draft_buckets": list(settings.draft_buckets), "max_context": settings.max_context,
-                "prefill_chunk": settings.prefill_chunk, "format": self.format.value}
+        record = {"profile": self.profile, "target": settings.flavour.value, "buckets": list(settings.buckets),
+                  "draft_buckets": list(settings.draft_buckets), "max_context": settings.max_context,
+                  "prefill_chunk": settings.prefill_chunk, "format": settings.format.value}
+        if settings.context_buckets:
+            record["context_buckets"] = list(settings.context_buckets)
+        return record
 
 
 Flavour = Callable[[Bundle, Manifest, Path, CompileSettings, Progress], None]

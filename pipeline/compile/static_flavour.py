@@ -1,31 +1,50 @@
-"""The npu flavour: static-shape bucket variants of both graphs over a fixed KV buffer (NNAPI/QNN-style).
+"""The npu flavour: static-shape variants of both graphs per query bucket × context bucket (NNAPI/QNN-style).
 
-Target buckets cover the tree sizes one verification can take (plus 1 for plain decoding),
-draft buckets the frontier sizes, and both get a prefill chunk. Every variant is simplified
-(onnxsim), optimised (onnxruntime, basic level), gets its custom ops back, and is checked
-against the dynamic graph before it is written.
+Query buckets cover the tree sizes one verification can take (plus 1 for plain decoding) for
+the target, the frontier sizes for the draft, and both get a prefill chunk. Context buckets are
+the KV slots a variant attends over, so a short reply pays for a short buffer; the runtime moves
+to the next bucket as the reply grows, the way phone NPU toolchains ship AR × CL variants.
+Every variant is simplified (onnxsim), optimised (onnxruntime, basic level), gets its custom ops
+back and is checked against the dynamic graph before it is written. The onnx variants of a role
+share one weights file (shared_weights.py), so the bundle does not grow with the variant count;
+ORT format cannot reference external data, so `--format ort|both` repeats the weights per variant.
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import onnx
 
 from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
 from specdec.pipeline.compile.optimize import ort_optimize, simplify, to_ort_format
 from specdec.pipeline.compile.readiness import readiness
+from specdec.pipeline.compile.shared_weights import SharedWeights
 from specdec.pipeline.compile.static_graph import dynamic_dims, make_static, strip_custom_ops
-from specdec.pipeline.compile.validate import validate_bucket
+from specdec.pipeline.compile.validate import BucketValidator
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import describe_io, load_graph
 from specdec.pipeline.passes import BY_ROLE
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, GraphFlavour, OutputFormat
 
+if TYPE_CHECKING:
+    from specdec.pipeline.compile.stage import CompileSettings
+
+log = logging.getLogger(__name__)
+
 BUCKET_DIR = "buckets"
+
+
+def variant_grid(settings: CompileSettings, roles: list[str]) -> dict[str, list[tuple[int, int]]]:
+    """(q, context) per role: every query bucket in every context bucket that can hold it."""
+    queries = {"target": sorted({1, *settings.buckets, settings.prefill_chunk}),
+               "draft": sorted({*settings.draft_buckets, settings.prefill_chunk})}
+    return {role: [(q, context) for context in settings.context_buckets for q in queries[role] if q <= context]
+            for role in roles}
 
 
 def _variant(source: Path, role: str, q: int, capacity: int, spec: GraphSpec, custom: CustomOps | None,
@@ -50,38 +69,49 @@ def _variant(source: Path, role: str, q: int, capacity: int, spec: GraphSpec, cu
     return model, simplified
 
 
-def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Any, progress: Progress) -> None:
-    """Write the bucket variants under `out`/buckets and set `manifest.buckets` and its report."""
-    buckets, draft_buckets, capacity, chunk = settings.buckets, settings.draft_buckets, settings.max_context, \
-        settings.prefill_chunk
-    sizes = {"target": sorted({1, *buckets, chunk}), "draft": sorted({*draft_buckets, chunk})}
-    sizes = {role: qs for role, qs in sizes.items() if role in manifest.graphs}
+def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: CompileSettings,
+                   progress: Progress) -> None:
+    """Write the variants and shared weights under `out`/buckets; set `manifest.buckets` and its report."""
+    grid = variant_grid(settings, [role for role in ("target", "draft") if role in manifest.graphs])
     table: dict[str, list[BucketVariant]] = {}
+    weights: dict[str, str] = {}
     validation: dict[str, float] = {}
     simplify_notes: dict[str, str] = {}
+    sizes: dict[str, Any] = {}
     out_dir = out / BUCKET_DIR
     out_dir.mkdir()
-    with tempfile.TemporaryDirectory() as scratch:
-        total = sum(len(v) for v in sizes.values())
-        with progress.task("compiling bucket variants", total=total) as task:
-            for role, qs in sizes.items():
-                spec = manifest.graphs[role]
-                rows = []
-                for q in qs:
-                    name = f"{role}_q{q}"
+    with tempfile.TemporaryDirectory() as scratch, BucketValidator() as validator, \
+            progress.task("compiling bucket variants", total=sum(len(v) for v in grid.values())) as task:
+        for role, cells in grid.items():
+            spec = manifest.graphs[role]
+            weights[role] = f"{BUCKET_DIR}/{role}.weights"
+            rows = []
+            with SharedWeights(out / weights[role]) as shared:
+                for q, context in cells:
+                    name = f"{role}_q{q}_c{context}"
                     task.describe(f"compiling {name}")
-                    model, note = _variant(source.graph_path(role), role, q, capacity, spec, manifest.custom_ops,
-                                           Path(scratch))
+                    model, note = _variant(source.graph_path(role), role, q, context, spec,
+                                           manifest.custom_ops, Path(scratch))
+                    shared.externalize(model)
                     path = out_dir / f"{name}.onnx"
                     onnx.save(model, str(path))
-                    validation[name] = validate_bucket(source.graph_path(role), path, q=q, capacity=capacity,
+                    validation[name] = validator.check(source.graph_path(role), path, q=q, capacity=context,
                                                        dtype=spec.dtype)
                     simplify_notes[name] = note
                     inputs, outputs = describe_io(path)
-                    rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs))
+                    rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs,
+                                              context=context))
                     task.advance()
-                table[role] = rows
+                sizes[role] = {"variants": len(rows), "shared_weights_bytes": shared.size,
+                               "inline_weights_bytes": shared.referenced_bytes,
+                               "graph_bytes": sum((out / v.file).stat().st_size for v in rows)}
+            table[role] = rows
+    with progress.task("checking mobile readiness"):
+        ready = {v.stem: readiness(out / v.file) for variants in table.values() for v in variants}
+    notes = []
     if settings.format is not OutputFormat.onnx:
+        notes.append(_ort_size_note(sizes))
+        log.warning("%s", notes[-1])
         with progress.task("converting to ORT format"):
             produced = to_ort_format(out_dir)
         for variants in table.values():
@@ -89,14 +119,27 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Any,
                 if variant.stem not in produced:
                     raise BundleError(f"ORT conversion did not produce {variant.stem}.ort", "try --format onnx")
                 variant.ort_file = f"{BUCKET_DIR}/{variant.stem}.ort"
-    with progress.task("checking mobile readiness"):
-        ready = {v.stem: readiness(out / v.file) for variants in table.values() for v in variants}
-    if settings.format is OutputFormat.ort:
+    if settings.format is OutputFormat.ort:  # the .ort files carry their weights: drop the onnx side
         for variants in table.values():
             for variant in variants:
                 (out / variant.file).unlink()
                 variant.file = variant.ort_file or variant.file
-    manifest.buckets = BucketTable(max_context=capacity, prefill_chunk=chunk, format=settings.format,
-                                   profile=settings.profile, graphs=table, flavour=GraphFlavour.npu)
+        for data in weights.values():
+            (out / data).unlink()
+        weights = {}
+    manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=settings.prefill_chunk,
+                                   format=settings.format, profile=settings.profile, graphs=table,
+                                   flavour=GraphFlavour.npu, weights=weights)
     manifest.reports["compile"] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": validation,
-                                   "simplify": simplify_notes, "readiness": ready}
+                                   "simplify": simplify_notes, "readiness": ready,
+                                   "context_buckets": list(settings.context_buckets), "sizes": sizes,
+                                   "notes": notes}
+
+
+def _ort_size_note(sizes: dict[str, Any]) -> str:
+    variants = sum(role["variants"] for role in sizes.values())
+    inline = sum(role["inline_weights_bytes"] for role in sizes.values())
+    shared = sum(role["shared_weights_bytes"] for role in sizes.values())
+    return (f"ORT format cannot reference a shared weights file: its {variants} variants repeat the weights "
+            f"(about {inline / 2**20:.0f} MiB, against {shared / 2**20:.0f} MiB shared by the onnx variants); "
+            "use --format onnx for the small bundle")

@@ -7,6 +7,7 @@ slots of its buffer, random garbage in the rest (masked), and the same tree of n
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,15 +26,42 @@ def _tree(q: int, rng: np.random.Generator) -> np.ndarray:
     return np.array([-1] + [int(rng.integers(0, i)) for i in range(1, q)], np.int64)
 
 
-def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0) -> float:
-    """Max difference (relative to max(1, max|ref|)) of logits and new KV, bucket vs dynamic graph."""
+class BucketValidator:
+    """Checks variants against their dynamic graph, loading each dynamic graph once for all of them."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[Path, Any] = {}
+
+    def __enter__(self) -> BucketValidator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._sessions.clear()
+
+    def check(self, dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0) -> float:
+        session = self._sessions.get(dynamic)
+        if session is None:
+            session = self._sessions[dynamic] = _session(dynamic)
+        return validate_bucket(dynamic, static, q=q, capacity=capacity, dtype=dtype, seed=seed, reference=session)
+
+
+def _session(path: Path) -> Any:
     import onnxruntime as ort
 
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0,
+                    reference: Any = None) -> float:
+    """Max difference (relative to max(1, max|ref|)) of logits and new KV, bucket vs dynamic graph.
+
+    `reference`: an onnxruntime session of `dynamic` already loaded.
+    """
     rng = np.random.default_rng(seed + q)
     np_dtype = np.dtype(dtype)
     neg = np.finfo(np_dtype).min
-    dyn = ort.InferenceSession(str(dynamic), providers=["CPUExecutionProvider"])
-    sta = ort.InferenceSession(str(static), providers=["CPUExecutionProvider"])
+    dyn = reference if reference is not None else _session(dynamic)
+    sta = _session(static)
     past = min(5, capacity - q)
     parents = _tree(q, rng)
     depths = np.zeros(q, np.int64)

@@ -17,8 +17,10 @@ MANIFEST_NAME = "manifest.json"
 # Version of the manifest's on-disk shape. Bump it when the JSON changes shape (a new key that
 # older readers would reject, a changed meaning), and keep older bundles loading or failing
 # with a BundleError that names the fix. 2: compiled graph flavours (`buckets.flavour`,
-# `buckets.fused`) and the tuned `plan`; schema-1 bundles load unchanged.
-MANIFEST_SCHEMA = 2
+# `buckets.fused`) and the tuned `plan`. 3: context-length buckets of the npu flavour
+# (`buckets.graphs.*.context`) and its shared weights files (`buckets.weights`). Schema-1 and
+# schema-2 bundles load unchanged (their variants all span `max_context`).
+MANIFEST_SCHEMA = 3
 
 
 @dataclass
@@ -127,13 +129,16 @@ class FusedGraph:
 
 @dataclass
 class BucketVariant:
-    """One row of the dispatch table: the static graph for `q` query tokens."""
+    """One row of the dispatch table: the static graph for `q` query tokens over `context` KV slots."""
 
     q: int
     file: str
     ort_file: str | None
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
+    # KV slots the variant attends over (its context-length bucket); None: the table's
+    # max_context, what every variant of a schema-1/2 bundle spans
+    context: int | None = field(default=None, metadata=OMIT_DEFAULT)
 
     @property
     def stem(self) -> str:
@@ -149,26 +154,42 @@ class BucketVariant:
 class BucketTable:
     """What compile wrote: its flavour's graphs over a KV buffer of `max_context` slots.
 
-    npu: `graphs` is the dispatch table of static bucket variants; cpu: `fused` holds one graph
-    per role and `graphs` is empty (any tree size runs, so nothing limits the tree budget).
+    npu: `graphs` is the dispatch table of static bucket variants, one per query bucket q and
+    context bucket (the KV slots it attends over, at most max_context), and `weights` names the
+    external-data file per role that every onnx variant of the role reads its weights from;
+    cpu: `fused` holds one graph per role and `graphs` is empty (any tree size runs, so nothing
+    limits the tree budget).
     """
 
     max_context: int
     prefill_chunk: int
     format: OutputFormat
     profile: str
-    graphs: dict[str, list[BucketVariant]]  # by role, ascending q
+    graphs: dict[str, list[BucketVariant]]  # by role, ascending context bucket, then q
     flavour: GraphFlavour = field(default=GraphFlavour.npu, metadata=OMIT_DEFAULT)
     fused: dict[str, FusedGraph] = field(default_factory=dict, metadata=OMIT_DEFAULT)
+    weights: dict[str, str] = field(default_factory=dict, metadata=OMIT_DEFAULT)  # by role: shared data file
+
+    def context_of(self, variant: BucketVariant) -> int:
+        return variant.context if variant.context is not None else self.max_context
 
     def sizes(self, role: str) -> list[int]:
-        return sorted(v.q for v in self.graphs.get(role, []))
+        """The query buckets of `role`, ascending (each once, whatever its context buckets)."""
+        return sorted({v.q for v in self.graphs.get(role, [])})
+
+    def contexts(self, role: str) -> list[int]:
+        """The context buckets of `role`, ascending; [max_context] for a bundle without them."""
+        return sorted({self.context_of(v) for v in self.graphs.get(role, [])})
 
     def largest(self, role: str) -> int:
         """The most query tokens one call of `role` takes (a tree must fit it); 0: no limit."""
         return max(self.sizes(role), default=0)
 
     def files(self) -> list[str]:
+        """Every file a runtime opens: the variants or fused graphs, and the weights they reference."""
         files = {v.runtime_file for variants in self.graphs.values() for v in variants}
         files |= {graph.runtime_file for graph in self.fused.values()}
+        # ORT-format files carry their weights inline; an onnx variant reads its role's shared file
+        files |= {data for role, data in self.weights.items()
+                  if any(v.ort_file is None for v in self.graphs.get(role, []))}
         return sorted(files)

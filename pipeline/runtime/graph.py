@@ -29,18 +29,19 @@ class SessionOptions:
     draft_threads: int = 1
 
 
-def _auto_threads(path: os.PathLike[str] | str) -> int:
+def _auto_threads(path: os.PathLike[str] | str, extra_bytes: int = 0) -> int:
     base = Path(path)
-    size = sum(p.stat().st_size for p in base.parent.glob(base.name + "*") if p.is_file())
+    size = extra_bytes + sum(p.stat().st_size for p in base.parent.glob(base.name + "*") if p.is_file())
     return 1 if size < SMALL_GRAPH_BYTES else 0
 
 
-def make_session(path: os.PathLike[str] | str, options: SessionOptions) -> Any:
+def make_session(path: os.PathLike[str] | str, options: SessionOptions, extra_bytes: int = 0) -> Any:
+    """`extra_bytes`: weights the graph reads from a file not named after it (a shared weights file)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    so.intra_op_num_threads = options.threads if options.threads > 0 else _auto_threads(path)
+    so.intra_op_num_threads = options.threads if options.threads > 0 else _auto_threads(path, extra_bytes)
     so.inter_op_num_threads = 1
     if not options.spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -1,24 +1,31 @@
-"""Runner for compiled bundles: static-shape bucket graphs over a fixed-size KV buffer (DESIGN §2).
+"""Runner for compiled bundles: static-shape bucket graphs over fixed-size KV buffers (DESIGN §2, §8).
 
-Each bucket graph takes `q` tokens (padded up to the bucket), the whole KV buffer of
-`max_context` slots with a mask marking the valid ones, and returns only the `q` new KV entries.
-The buffer lives in numpy arrays that onnxruntime reads in place through IO binding, so a round
-neither allocates nor copies the cache: new entries are written into scratch slots after the
-committed ones, and commit moves the accepted scratch slots down (usually nothing to move).
+Each variant takes `q` tokens (padded up to the query bucket), a KV buffer of `context` slots
+(its context bucket) with a mask marking the valid ones, and returns only the `q` new KV
+entries. A call runs on the smallest context bucket that holds the committed, scratch and new
+slots, so attention spans about the context in use, not `max_context`; as the reply grows the
+runner moves up a bucket, and a new prompt starts again from the smallest.
+
+Each layer's key and value live in one preallocated block of `max_context` slots; a context
+bucket of C slots is the block's first [1, kv_heads, C, head_dim] elements, so every bucket's
+view is contiguous and onnxruntime reads it in place through IO binding. A round neither
+allocates nor copies the cache: new entries are written into scratch slots after the committed
+ones, and commit moves the accepted scratch slots down (usually nothing to move). Moving up a
+bucket re-lays the valid rows of each head at the wider stride, once per move, in place.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from specdec.pipeline.errors import BundleError, GenerationError, setting
-from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, default_op_inputs, make_session
+from specdec.pipeline.runtime.graph import SessionOptions, default_op_inputs, make_session
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo
-from specdec.pipeline.runtime.runner import build_mask
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +36,18 @@ _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "ten
 
 @dataclass
 class _Bucket:
+    """One variant with its IO binding, bound once: every input and output lives in an array
+    preallocated here (or in the KV views of its context bucket), so a call only fills arrays."""
+
     q: int
+    context: int
     session: Any
-    inputs: set[str]
-    arrays: dict[str, np.ndarray]  # every output, preallocated; onnxruntime writes into them
-    values: dict[str, Any]  # the same memory as OrtValues for IO binding
+    binding: Any
+    feeds: dict[str, np.ndarray]  # input_ids, position_ids, attention_mask and the custom ops' inputs
+    defaults: dict[str, np.ndarray]  # the custom ops' inputs a call leaves out
+    arrays: dict[str, np.ndarray]  # every output; onnxruntime writes into them
+    new_kv: list[np.ndarray]  # the new_key_values outputs in buffer order
+    values: list[Any] = field(default_factory=list)  # OrtValues over feeds and arrays, kept alive with the binding
 
 
 class StaticRunner:
@@ -50,15 +64,32 @@ class StaticRunner:
                               "re-run `specdec compile`")
         self.capacity = buckets.max_context
         self.prefill_chunk = buckets.prefill_chunk
-        self._files = {v.q: bundle.path / v.runtime_file for v in table}
-        self.sizes = sorted(self._files)
-        self._buckets: dict[int, _Bucket] = {}
+        self._files = {(v.q, buckets.context_of(v)): bundle.path / v.runtime_file for v in table}
+        weights = buckets.weights.get(info.role)
+        # a variant file holds only the graph when its weights are shared: size threads by both
+        self._weight_bytes = _file_size(bundle.path / weights) if weights else 0
+        self.sizes = buckets.sizes(info.role)
+        self.contexts = buckets.contexts(info.role)
+        if self.contexts[-1] > self.capacity:
+            raise BundleError(f"a {info.role} context bucket ({self.contexts[-1]}) exceeds the KV buffer "
+                              f"({self.capacity})", "re-run `specdec compile`")
+        self._buckets: dict[tuple[int, int], _Bucket] = {}
         self.dtype = np.dtype(info.dtype)
         self.mask_min = np.finfo(self.dtype).min
-        shape = (1, info.num_kv_heads, self.capacity, info.head_dim)
-        self.buffers = [np.zeros(shape, self.dtype) for _ in range(2 * info.num_layers)]
-        self._buffer_values = [ort.OrtValue.ortvalue_from_numpy(b) for b in self.buffers]
-        probe = self._bucket(self.sizes[0])
+        self._heads, self._head_dim = info.num_kv_heads, info.head_dim
+        # one block per layer and kind; each context bucket is a contiguous prefix view of it
+        self._blocks = [np.zeros(self._heads * self.capacity * self._head_dim, self.dtype)
+                        for _ in range(2 * info.num_layers)]
+        self._views: dict[int, list[np.ndarray]] = {}
+        self._view_values: dict[int, list[Any]] = {}
+        for context in self.contexts:
+            views = [block[: self._heads * context * self._head_dim].reshape(1, self._heads, context, self._head_dim)
+                     for block in self._blocks]
+            self._views[context] = views
+            self._view_values[context] = [ort.OrtValue.ortvalue_from_numpy(view) for view in views]
+        self.context = self.contexts[0]  # the bucket the KV rows are laid out for now
+        self.context_moves = 0  # moves to a larger bucket, summed over calls
+        probe = self._bucket(*min(self._files))
         self.has_prune = "cand_ids" in probe.arrays
         self.has_verify = "next_token" in probe.arrays
         self._length = 0
@@ -66,6 +97,11 @@ class StaticRunner:
         self.last_bytes_out = 0
         self.padding_waste = 0  # padded query rows computed and thrown away, summed over calls
         self.rows_computed = 0
+
+    @property
+    def buffers(self) -> list[np.ndarray]:
+        """Each layer's key and value buffer as the current context bucket lays it out."""
+        return self._views[self.context]
 
     # -- Runner protocol ---------------------------------------------------------------------
     @property
@@ -81,9 +117,10 @@ class StaticRunner:
         return self.capacity
 
     def reset(self) -> None:
-        for buffer in self.buffers:
-            buffer.fill(0)  # stale slots are masked, but zeros keep masked products finite
+        for block in self._blocks:
+            block.fill(0)  # stale slots are masked, but zeros keep masked products finite
         self._length = self._scratch = 0
+        self.context = self.contexts[0]
 
     def forward(
         self,
@@ -104,9 +141,16 @@ class StaticRunner:
         if q > self.sizes[-1]:
             return self._chunked(ids, positions, scratch_visible, new_visible, extra_inputs, extra_outputs,
                                  with_logits)
-        bucket = self._bucket(next(size for size in self.sizes if size >= q))
-        return self._run(bucket, ids, positions, scratch_visible, new_visible, extra_inputs or {}, extra_outputs,
-                         with_logits)
+        size = next(size for size in self.sizes if size >= q)
+        needed = self._length + self._scratch + q
+        context = next((c for c in self.contexts if c >= max(needed, self.context) and (size, c) in self._files), None)
+        if context is None:
+            raise BundleError(f"the compiled bundle has no {self.info.role} variant for {size} tokens over "
+                              f"{needed} KV slots", "re-run `specdec compile`")
+        if context != self.context:
+            self._move_to(context)
+        return self._run(self._bucket(size, context), ids, positions, scratch_visible, new_visible,
+                         extra_inputs or {}, extra_outputs, with_logits)
 
     def commit(self, keep: np.ndarray | list[int]) -> None:
         base = self._length
@@ -118,71 +162,105 @@ class StaticRunner:
         self._scratch = 0
 
     # -- internals ------------------------------------------------------------------------------
-    def _bucket(self, q: int) -> _Bucket:
-        bucket = self._buckets.get(q)
+    def _move_to(self, context: int) -> None:
+        """Lay the valid rows out for the larger bucket `context`, in place in each layer's block.
+
+        Head h's rows start at h * C * head_dim in a bucket of C slots. Heads move from the last
+        to the first: a head's new place lies at or after its old one and before the old place
+        of every later head (moved already), so no unmoved row is overwritten; numpy handles the
+        overlap of a head's own old and new place.
+        """
+        rows = self._length + self._scratch
+        width = rows * self._head_dim
+        old, new = self.context * self._head_dim, context * self._head_dim
+        for block in self._blocks:
+            for head in range(self._heads - 1, 0, -1):
+                block[head * new : head * new + width] = block[head * old : head * old + width]
+        self.context = context
+        self.context_moves += 1
+
+    def _bucket(self, q: int, context: int) -> _Bucket:
+        bucket = self._buckets.get((q, context))
         if bucket is None:
-            session = make_session(self._files[q], self.options)
-            arrays: dict[str, np.ndarray] = {}
-            for output in session.get_outputs():
-                if any(not isinstance(d, int) for d in output.shape):
-                    raise BundleError(
-                        f"{self._files[q].name} output '{output.name}' has a dynamic shape {output.shape}",
-                        "re-run `specdec compile`",
-                    )
-                arrays[output.name] = np.zeros(output.shape, _NUMPY_TYPES[output.type])
-            bucket = _Bucket(
-                q=q, session=session, inputs={i.name for i in session.get_inputs()}, arrays=arrays,
-                values={name: self._ort.OrtValue.ortvalue_from_numpy(a) for name, a in arrays.items()},
-            )
-            self._buckets[q] = bucket
+            bucket = self._buckets[(q, context)] = self._load(q, context)
         return bucket
+
+    def _load(self, q: int, context: int) -> _Bucket:
+        path = self._files[(q, context)]
+        session = make_session(path, self.options, extra_bytes=self._weight_bytes)
+        arrays: dict[str, np.ndarray] = {}
+        for output in session.get_outputs():
+            if any(not isinstance(d, int) for d in output.shape):
+                raise BundleError(f"{path.name} output '{output.name}' has a dynamic shape {output.shape}",
+                                  "re-run `specdec compile`")
+            arrays[output.name] = np.zeros(output.shape, _NUMPY_TYPES[output.type])
+        names = {i.name for i in session.get_inputs()}
+        defaults = {name: value for name, value in default_op_inputs(q).items() if name in names}
+        feeds = {"input_ids": np.zeros((1, q), np.int64), "position_ids": np.zeros((1, q), np.int64),
+                 "attention_mask": np.zeros((1, 1, q, context + q), self.dtype),
+                 **{name: value.copy() for name, value in defaults.items()}}
+        binding = session.io_binding()
+        values = []
+        for name, array in feeds.items():
+            value = self._ort.OrtValue.ortvalue_from_numpy(array)
+            binding.bind_ortvalue_input(name, value)
+            values.append(value)
+        for value, name in zip(self._view_values[context], _kv_names("past_key_values", self.info.num_layers),
+                               strict=True):
+            binding.bind_ortvalue_input(name, value)
+        for name, array in arrays.items():
+            value = self._ort.OrtValue.ortvalue_from_numpy(array)
+            binding.bind_ortvalue_output(name, value)
+            values.append(value)
+        new_kv = [arrays[name] for name in _kv_names("new_key_values", self.info.num_layers)]
+        return _Bucket(q, context, session, binding, feeds, defaults, arrays, new_kv, values)
 
     def _run(self, bucket: _Bucket, ids: np.ndarray, positions: np.ndarray, scratch_visible: np.ndarray,
              new_visible: np.ndarray, extra_inputs: dict[str, np.ndarray], extra_outputs: tuple[str, ...],
              with_logits: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         q, size = int(np.size(ids)), bucket.q
         pad = size - q
-        token_ids = np.zeros((1, size), np.int64)
-        token_ids[0, :q] = np.asarray(ids).reshape(-1)
-        pos = np.full((1, size), int(np.asarray(positions).reshape(-1)[-1]), np.int64)
-        pos[0, :q] = np.asarray(positions).reshape(-1)
-        # padded rows see only themselves (no all-masked row, no NaN); real rows never see them
-        visible_new = np.eye(size, dtype=bool)
-        visible_new[:q, :q] = new_visible
-        visible_scratch = np.zeros((size, self._scratch), dtype=bool)
-        visible_scratch[:q] = scratch_visible
-        mask = build_mask(self.dtype, self.mask_min, self._length, self.capacity, visible_scratch, visible_new)
-        binding = bucket.session.io_binding()
-        binding.bind_cpu_input("input_ids", token_ids)
-        binding.bind_cpu_input("position_ids", pos)
-        binding.bind_cpu_input("attention_mask", mask)
-        for index, name in enumerate(_kv_names("past_key_values", self.info.num_layers)):
-            binding.bind_ortvalue_input(name, self._buffer_values[index])
-        op_inputs = [n for n in bucket.inputs if n in OP_INPUT_NAMES]
-        if op_inputs:
-            defaults = default_op_inputs(size)
-            given = {k: _pad_rows(v, size, k) for k, v in extra_inputs.items()}
-            for name in op_inputs:
-                binding.bind_cpu_input(name, np.ascontiguousarray(given.get(name, defaults[name])))
-        for name, value in bucket.values.items():
-            binding.bind_ortvalue_output(name, value)
-        bucket.session.run_with_iobinding(binding)
+        feeds = bucket.feeds
+        feeds["input_ids"][0, :q] = np.asarray(ids).reshape(-1)
+        feeds["input_ids"][0, q:] = 0
+        positions = np.asarray(positions).reshape(-1)
+        feeds["position_ids"][0, :q] = positions
+        feeds["position_ids"][0, q:] = positions[-1]
+        self._fill_mask(feeds["attention_mask"][0, 0], q, bucket.context, scratch_visible, new_visible)
+        for name, default in bucket.defaults.items():
+            _fill_rows(feeds[name], extra_inputs.get(name, default), name)
+        bucket.session.run_with_iobinding(bucket.binding)
         extras: dict[str, np.ndarray] = {}
         for name in extra_outputs:
             value = bucket.arrays[name]
             extras[name] = (value[:q] if value.ndim >= 1 and value.shape[0] == size else value).copy()
         start = self._length + self._scratch
-        new_names = _kv_names("new_key_values", self.info.num_layers)
-        for buffer, name in zip(self.buffers, new_names, strict=True):
-            buffer[:, :, start : start + q] = bucket.arrays[name][:, :, :q]
+        for buffer, new in zip(self.buffers, bucket.new_kv, strict=True):
+            buffer[:, :, start : start + q] = new[:, :, :q]
         self._scratch += q
         self.padding_waste += pad
         self.rows_computed += size
         logits = bucket.arrays["logits"][0, :q].copy() if with_logits else None
         # what crosses from onnxruntime to the host: the small outputs and the q new KV rows
         self.last_bytes_out = (logits.nbytes if logits is not None else 0) + sum(v.nbytes for v in extras.values()) \
-            + sum(bucket.arrays[name][:, :, :q].nbytes for name in new_names)
+            + sum(new[:, :, :q].nbytes for new in bucket.new_kv)
         return logits, extras
+
+    def _fill_mask(self, mask: np.ndarray, q: int, context: int, scratch_visible: np.ndarray,
+                   new_visible: np.ndarray) -> None:
+        """The additive mask of runner.build_mask, written into the bucket's [size, context + size] array.
+
+        Padded rows see only themselves (no all-masked row, no NaN); real rows never see them.
+        """
+        size = mask.shape[0]
+        mask.fill(self.mask_min)
+        mask[:q, : self._length] = 0
+        scratch = scratch_visible.shape[1]
+        if scratch:
+            mask[:q, self._length : self._length + scratch][scratch_visible] = 0
+        mask[:q, context : context + q][new_visible] = 0
+        padded = np.arange(q, size)
+        mask[padded, context + padded] = 0
 
     def _chunked(self, ids: np.ndarray, positions: np.ndarray, scratch_visible: np.ndarray, new_visible: np.ndarray,
                  extra_inputs: dict[str, np.ndarray] | None, extra_outputs: tuple[str, ...],
@@ -213,16 +291,24 @@ class StaticRunner:
         return (np.concatenate(logits_parts) if with_logits else None), merged
 
 
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        raise BundleError(f"the compiled bundle is missing its weights file '{path.name}'",
+                          "copy the whole bundle, or re-run `specdec compile`") from None
+
+
 def _kv_names(prefix: str, layers: int) -> list[str]:
     return [f"{prefix}.{layer}.{kind}" for layer in range(layers) for kind in ("key", "value")]
 
 
-def _pad_rows(value: np.ndarray, size: int, name: str) -> np.ndarray:
-    """Pad per-node op inputs to the bucket: padded nodes are parentless, so never accepted."""
+def _fill_rows(array: np.ndarray, value: np.ndarray, name: str) -> None:
+    """Write a custom-op input into its bucket array; padded nodes are parentless, so never accepted."""
     value = np.asarray(value)
-    if value.ndim == 0 or value.shape[0] == size:
-        return value
-    fill = -1 if name == "tree_parent" else 0
-    padded = np.full((size, *value.shape[1:]), fill, value.dtype)
-    padded[: value.shape[0]] = value
-    return padded
+    if value.ndim == 0 or value.shape[0] == array.shape[0]:
+        array[...] = value
+        return
+    rows = value.shape[0]
+    array[:rows] = value
+    array[rows:] = -1 if name == "tree_parent" else 0

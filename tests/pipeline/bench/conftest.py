@@ -17,7 +17,7 @@ def bench_bundle(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-d
     root = tmp_path_factory.mktemp("bench-bundle")
     surgered = surgery_bundle(SurgeryConfig(output=root / "surgered"), bundle_factory("llama"))
     return compile_bundle(CompileConfig(output=root / "compiled", target=GraphFlavour.npu, buckets=(4, 8, 16),
-                                        draft_buckets=(1, 4), max_context=128, prefill_chunk=16,
+                                        draft_buckets=(1, 4), max_context=128, prefill_chunk=16, context_buckets=(64,),
                                         format=OutputFormat.onnx), surgered)
 
 

@@ -84,6 +84,15 @@ def test_manifest_records_keep_the_schema_1_json_shape() -> None:
                                     "outputs": []}]}}
     record = from_dict(BucketTable, table)
     assert record.format is OutputFormat.both and record.largest("target") == 1 and record.largest("draft") == 0
+    assert record.contexts("target") == [96] and record.files() == ["buckets/target_q1.onnx"]  # one bucket: max_context
+    assert dump(record) == table
+    # schema 3: a context bucket per variant and the weights file the onnx variants share
+    table["graphs"]["target"] = [{**table["graphs"]["target"][0], "context": c,  # type: ignore[index]
+                                  "file": f"buckets/target_q1_c{c}.onnx"} for c in (32, 96)]
+    table["weights"] = {"target": "buckets/target.weights"}
+    record = from_dict(BucketTable, table)
+    assert record.contexts("target") == [32, 96] and record.sizes("target") == [1]
+    assert record.files() == ["buckets/target.weights", "buckets/target_q1_c32.onnx", "buckets/target_q1_c96.onnx"]
     assert dump(record) == table
     layer = {"bits": 4, "method": "awq", "block_size": 32, "weight_rel_error": 0.01, "alpha": 0.5, "loss_vs_rtn": 0.9}
     assert dump(from_dict(LayerQuantization, layer)) == layer
