@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from specdec.cli.console import RichProgress, err
+from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import human_bytes, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
@@ -56,8 +56,8 @@ def compile_(
         err.print(f"{role}: {size['variants']} variants over context buckets {report['context_buckets']}, weights "
                   f"{human_bytes(size['shared_weights_bytes'])} shared by the onnx variants "
                   f"({human_bytes(size['inline_weights_bytes'])} if each held its own)")
-    for note in report.get("notes", []):
-        err.print(f"[yellow]note[/]: {note}")
+    for text in report.get("notes", []):
+        note(text)
     what = "every bucket matches" if report.get("flavour") == GraphFlavour.npu.value else "the fused graphs match"
     err.print(f"[green]validated[/]: {what} the dynamic graph (max |diff| {worst:.2g}, relative)")
     invariance = report.get("invariance")

@@ -13,11 +13,12 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
-from rich.logging import RichHandler
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgressBar
 
-from specdec.pipeline.errors import SpecdecError
+from specdec.pipeline.errors import InputError, SpecdecError
+from specdec.pipeline.staging import is_write_error, write_error
 
 out = Console()
 err = Console(stderr=True)
@@ -36,13 +37,40 @@ def refresh_width() -> None:
         out.width = err.width = int(columns)
 
 
+# One style for every message to people, whether a command prints it or library code logs it:
+# `warning: ...` and `note: ...` on stderr, errors as `error: ...` (the mapper below).
+def warn(text: str) -> None:
+    err.print(f"[yellow]warning[/]: {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def note(text: str) -> None:
+    err.print(f"[cyan]note[/]: {escape(text)}", highlight=False, soft_wrap=True)
+
+
+class _MessageHandler(logging.Handler):
+    """Log records in the commands' style: `warning: ...` for warnings, plain lines for --verbose steps."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = self.format(record)
+        except Exception:  # logging's own contract: a bad record must not break the program
+            self.handleError(record)
+            return
+        if record.levelno >= logging.ERROR:
+            err.print(f"[bold red]error[/]: {escape(message)}", highlight=False, soft_wrap=True)
+        elif record.levelno >= logging.WARNING:
+            warn(message)
+        else:
+            err.print(escape(message), style="dim", highlight=False, soft_wrap=True)
+
+
 def setup_logging(verbose: bool) -> None:
     # Third-party libraries (torch.onnx, onnx_ir, ...) log a lot at INFO; only specdec's own
     # messages follow --verbose, theirs appear with SPECDEC_DEBUG=1.
     logging.basicConfig(
         level=logging.DEBUG if debug_enabled() else logging.WARNING,
         format="%(message)s",
-        handlers=[RichHandler(console=err, show_path=False, show_time=False)],
+        handlers=[_MessageHandler()],
         force=True,
     )
     own = logging.DEBUG if debug_enabled() else logging.INFO if verbose else logging.WARNING
@@ -82,8 +110,21 @@ def error_line(exc: SpecdecError, flags: Mapping[str, str] | None = None) -> str
     return exc.one_line(lambda key: table.get(_KEY_PARAMS.get(key, key)))
 
 
+def _as_specdec_error(exc: BaseException) -> SpecdecError | None:
+    """SpecdecError as is; an OSError about writing a file (read-only filesystem, no space, permission
+    denied) as the bad input it is: outputs are opened through pipeline/staging.py, which names the
+    path and the fix, and this catches what slips past it (a cache, a log) the same way."""
+    if isinstance(exc, SpecdecError):
+        return exc
+    if isinstance(exc, OSError) and is_write_error(exc) and exc.filename is not None:
+        return write_error(exc, os.fsdecode(exc.filename))
+    if isinstance(exc, OSError) and is_write_error(exc):
+        return InputError(f"cannot write: {exc.strerror}", "free space or choose a writable output")
+    return None
+
+
 def guarded(command: F) -> F:
-    """Map SpecdecError to one line on stderr and its exit code; Ctrl-C to exit 130."""
+    """Map SpecdecError (and OSErrors of writes) to one line on stderr and its exit code; Ctrl-C to exit 130."""
 
     flags = command_flags(command)
 
@@ -91,10 +132,13 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except SpecdecError as exc:
+        except (SpecdecError, OSError) as caught:
+            exc = _as_specdec_error(caught)
+            if exc is None:
+                raise
             if debug_enabled():
                 err.print(traceback.format_exc(), markup=False, highlight=False)
-            err.print(f"[bold red]error:[/] {error_line(exc, flags)}", highlight=False, soft_wrap=True)
+            err.print(f"[bold red]error:[/] {escape(error_line(exc, flags))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             err.print("[yellow]interrupted[/]: partial output was removed")

@@ -100,8 +100,8 @@ def _as_json(row: dict[str, Any]) -> dict[str, Any]:
 
 def devices(
     serial: str = typer.Option(None, "--serial", "-s", help="Only this device (as `adb devices` lists it)."),
-    adb_host: str = typer.Option(None, "-H", "--adb-host", help="Host of a remote adb server (device farm)."),
-    adb_port: int = typer.Option(None, "-P", "--adb-port", help="Port of the adb server (default 5037)."),
+    adb_host: str = typer.Option(None, "--adb-host", "-H", help="Host of a remote adb server (device farm)."),
+    adb_port: int = typer.Option(None, "--adb-port", "-P", help="Port of the adb server (default 5037)."),
     python: str = typer.Option(
         "python3", "--python", help="Python to check on the device, e.g. /data/local/tmp/python/bin/python3."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from specdec.cli.console import err, out
+from specdec.cli.console import err, out, warn
 from specdec.pipeline.bench.stage import BenchOutcome
 from specdec.pipeline.errors import DeviceLostError, GateFailedError
 from specdec.pipeline.records.results import BenchResults
@@ -65,7 +65,7 @@ def report_outcome(outcome: BenchOutcome) -> None:
     results = outcome.results
     out.print(results_table(results))
     for warning in results.warnings:
-        err.print(f"[yellow]warning[/]: {warning}")
+        warn(warning)
     for gate in outcome.gates:
         err.print(f"{'[green]pass[/]' if gate.passed else '[red]FAIL[/]'} {gate.gate}: {gate.message}")
     err.print(f"wrote [bold]{outcome.output}[/] (results.json, summary.md, trace.json, plots)")

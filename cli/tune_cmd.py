@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from specdec.cli.console import RichProgress, err, out
+from specdec.cli.console import RichProgress, err, note, out
 from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import Transport
@@ -31,8 +31,8 @@ def tune(
     device: Transport = typer.Option(Transport.local, "--device", help="local or adb."),
     profile: str = typer.Option(None, "--profile", "-p", help="Device profile (default local-cpu / android-generic)."),
     serial: str = typer.Option(None, "--serial", "-s", help="adb serial (else ANDROID_SERIAL or the only device)."),
-    adb_host: str = typer.Option(None, "-H", help="adb server host (remote device farms)."),
-    adb_port: int = typer.Option(None, "-P", help="adb server port."),
+    adb_host: str = typer.Option(None, "--adb-host", "-H", help="Host of a remote adb server (device farm)."),
+    adb_port: int = typer.Option(None, "--adb-port", "-P", help="Port of the adb server (default 5037)."),
     calib: Path = typer.Option(None, "--calib", help="Calibration prompts (JSONL; default: held-out demo prompts)."),
     threads: int = typer.Option(None, help="onnxruntime threads on the device (profile's by default)."),
     python: str = typer.Option(None, "--python", help="Python on the device (profile's runtime.python)."),
@@ -54,5 +54,5 @@ def tune(
               f"{fit.max_residual * 100:.0f} %; the plan uses the measured curve), "
               f"plain step {plan.plain_step_ms:.2f} ms")
     if not plan.choice.speculative:
-        err.print("[yellow]plan[/]: plain decoding — no tree is predicted to beat it by 5 % on this device")
+        note("the plan is plain decoding: no tree is predicted to beat it by 5 % on this device")
     err.print(f"wrote [bold]{result.path}[/] (generate and bench use the plan on this device; flags override)")

@@ -5,7 +5,8 @@ stage adds. The manifest lists every file with its sha256, so a loader can say e
 file is corrupt, and a lineage entry per stage, so a result can be traced to its inputs.
 
 Stages never touch their input bundle: `BundleWriter` builds the output in a hidden temporary
-directory next to the destination and renames it into place only when the stage succeeded.
+directory next to the destination and renames it into place only when the stage succeeded
+(`pipeline/staging.py`, the one place that opens outputs, checks the destination first).
 """
 
 from __future__ import annotations
@@ -14,18 +15,15 @@ import datetime as _dt
 import hashlib
 import json
 import logging
-import os
 import shutil
-import tempfile
 from collections.abc import Collection
 from pathlib import Path
-from types import TracebackType
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PlainSerializer, PlainValidator, SerializerFunctionWrapHandler, model_serializer
 
 from specdec import __version__
-from specdec.pipeline.errors import BundleError, InputError
+from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import sha256_file
 from specdec.pipeline.models import StrictModel, validate_model
 from specdec.pipeline.records import codec
@@ -38,6 +36,9 @@ from specdec.pipeline.records.manifest import (
     TensorSpec,
 )
 from specdec.pipeline.records.plan import TunePlan
+from specdec.pipeline.runtime.manifest import BundleInfo, read_bundle
+from specdec.pipeline.staging import StagedDirectory
+from specdec.pipeline.staging import check_output_dir as check_output_path
 
 log = logging.getLogger(__name__)
 
@@ -136,14 +137,20 @@ def fingerprint(stage: str, config: dict[str, Any], inputs: dict[str, str]) -> s
 
 
 class Bundle:
-    """A loaded, verified bundle. Read-only by convention: stages copy, never modify."""
+    """A loaded, verified bundle. Read-only by convention: stages copy, never modify.
+
+    `Bundle.load` is the one way commands open a bundle, and it always checks every file's sha256:
+    a corrupt bundle fails before any work (exit 3), whether it is inspected, compiled, benchmarked
+    or decoded. The device runtime reads manifests on its own (runtime/manifest.py, no pydantic);
+    the host verifies before it hands a bundle over (`runtime_info`, the bench's payload).
+    """
 
     def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
 
     @classmethod
-    def load(cls, path: str | Path, *, verify: bool = True) -> Bundle:
+    def load(cls, path: str | Path) -> Bundle:
         root = Path(path)
         if not root.is_dir():
             raise BundleError(
@@ -171,8 +178,7 @@ class Bundle:
         manifest = validate_model(Manifest, raw, source=f"{manifest_path} is invalid", fix="re-create the bundle",
                                   error=BundleError)
         bundle = cls(root, manifest)
-        if verify:
-            bundle.verify()
+        bundle.verify()
         return bundle
 
     def verify(self) -> None:
@@ -199,74 +205,16 @@ class Bundle:
             raise BundleError(f"bundle '{self.path}' is missing '{spec.file}'", "re-create the bundle")
         return path
 
+    def runtime_info(self) -> BundleInfo:
+        """What the decoding engine reads from this (verified) bundle."""
+        return read_bundle(self.path)
+
     @property
     def tokenizer_dir(self) -> Path:
         return self.path / self.manifest.tokenizer.dir
 
     def stages(self) -> list[str]:
         return [entry.stage for entry in self.manifest.lineage]
-
-
-def check_output_path(out: Path, *, force: bool, sources: tuple[Path, ...] = ()) -> None:
-    """Refuse outputs that would clobber something, before any expensive work starts."""
-    resolved = out.resolve()
-    for source in sources:
-        src = source.resolve()
-        if resolved == src or src in resolved.parents or resolved in src.parents:
-            raise InputError(
-                f"output '{out}' overlaps the input '{source}'",
-                "choose an output directory outside the input (inputs are never modified)",
-            )
-    if out.exists() and not force:
-        raise InputError(f"output '{out}' already exists", "pass --force to replace it, or choose another -o")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"output '{out}' exists and is not a directory", "remove it or choose another -o")
-
-
-class StagedDirectory:
-    """A directory built under a hidden temporary name and renamed into place on `commit`.
-
-    Use as a context manager: any exception (Ctrl-C included) removes the partial output, and
-    an existing output is replaced only once the new one is complete.
-    """
-
-    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path, ...] = ()) -> None:
-        self.out = Path(out)
-        self.force = force
-        check_output_path(self.out, force=force, sources=sources)
-        self._tmp: Path | None = None
-        self._done = False
-
-    def __enter__(self) -> Self:
-        self.out.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".partial", dir=self.out.parent))
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._tmp is not None and not self._done:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-
-    @property
-    def dir(self) -> Path:
-        if self._tmp is None:
-            raise RuntimeError(f"{type(self).__name__} used outside its `with` block")
-        return self._tmp
-
-    def commit(self) -> Path:
-        old: Path | None = None
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
-            self.out.replace(old)
-        self.dir.replace(self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        self._done = True
-        return self.out
 
 
 class BundleWriter(StagedDirectory):

@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.devices.local import LocalDevice
-from specdec.pipeline.errors import GenerationError
+from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
 from specdec.pipeline.prompts import PromptItem
 from specdec.pipeline.records.plan import device_key
@@ -22,25 +23,35 @@ from specdec.pipeline.text import TextCodec
 
 
 class Generator:
-    """An engine plus the bundle's tokenizer."""
+    """An engine plus the bundle's tokenizer, on a bundle `Bundle.load` verified (every file's sha256)."""
 
-    def __init__(self, bundle: Path | BundleInfo, threads: int = 0) -> None:
-        self.engine = Engine(bundle, SessionOptions(threads=threads))
+    def __init__(self, bundle: Bundle, threads: int = 0) -> None:
+        self.engine = Engine(bundle.runtime_info(), SessionOptions(threads=threads))
         self.codec = TextCodec(self.engine.info.tokenizer_dir)
 
     def prompt_ids(self, item: PromptItem, config: DecodeConfig, truncate: bool) -> list[int]:
+        """The prompt's tokens, checked: an empty prompt or one the context cannot hold is bad input.
+
+        The error gives the prompt's token count, never its text (a long prompt would flood the terminal).
+        """
         ids = item.input_ids if item.input_ids is not None else self.codec.encode(item.text or "")
         if not ids:
-            raise GenerationError(f"prompt '{item.id}' is empty", "pass some text or input_ids")
-        limit = self.engine.max_context - min(config.max_new_tokens, self.engine.max_context // 2) - 1
+            raise InputError(f"prompt '{item.id}' is empty", "pass some text or input_ids")
+        context = self.engine.max_context
+        limit = context - min(config.max_new_tokens, context // 2) - 1
         if truncate and len(ids) > limit:
-            ids = ids[-limit:]
+            return ids[-limit:]
+        if len(ids) >= context:
+            raise InputError(f"prompt '{item.id}' has {len(ids)} tokens but the bundle's context is {context}",
+                             f"shorten it or pass {setting('truncate')} to keep its last {limit} tokens")
         return ids
 
-    def run(self, item: PromptItem, config: DecodeConfig, *, truncate: bool = False,
-            on_text: Callable[[str], None] | None = None, controller: RoundController | None = None
-            ) -> tuple[Reply, str]:
-        ids = self.prompt_ids(item, config, truncate)
+    def prepare(self, items: list[PromptItem], config: DecodeConfig, truncate: bool) -> list[list[int]]:
+        """Every prompt's tokens, all checked before the first is decoded (a batch never fails half-way)."""
+        return [self.prompt_ids(item, config, truncate) for item in items]
+
+    def run(self, ids: list[int], config: DecodeConfig, *, on_text: Callable[[str], None] | None = None,
+            controller: RoundController | None = None) -> tuple[Reply, str]:
         stream = self.codec.stream()
         sink = (lambda tokens: on_text(stream.push(tokens))) if on_text else None
         reply = self.engine.generate(ids, config, on_tokens=sink, controller=controller)
@@ -50,8 +61,8 @@ class Generator:
 
     def run_all(self, items: list[PromptItem], config: DecodeConfig, *, truncate: bool = False,
                 controller: RoundController | None = None) -> Iterator[dict[str, Any]]:
-        for item in items:
-            reply, text = self.run(item, config, truncate=truncate, controller=controller)
+        for item, ids in zip(items, self.prepare(items, config, truncate), strict=True):
+            reply, text = self.run(ids, config, controller=controller)
             yield {"id": item.id, "input_ids": reply.prompt_ids, "output_ids": reply.output_ids, "text": text,
                    "stats": reply.as_dict()}
 

@@ -1,13 +1,10 @@
-"""Prompt files (JSONL) in, reply files (JSONL) out: shared by `specdec generate` and `specdec bench`."""
+"""Prompt files (JSONL): shared by `specdec generate` and `specdec bench`."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from specdec.pipeline.errors import InputError
 
@@ -39,21 +36,9 @@ def load_prompts(path: Path) -> list[PromptItem]:
         ids = record.get("input_ids")
         if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) for t in ids)):
             raise InputError(f"{path}:{number}: 'input_ids' must be a list of integers", "fix the line")
+        if ids == [] or (ids is None and not record.get("text")):
+            raise InputError(f"{path}:{number} is an empty prompt", "give it some text or input_ids, or remove it")
         items.append(PromptItem(str(record.get("id", number)), record.get("text"), ids, record.get("scenario")))
     if not items:
         raise InputError(f"prompts file '{path}' has no prompts", "add one JSON object per line")
     return items
-
-
-def write_jsonl(records: list[dict[str, Any]], path: Path) -> None:
-    """Write atomically: a crash leaves the old file or none, never half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w") as out:
-            for record in records:
-                out.write(json.dumps(record) + "\n")
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import operator
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from specdec.pipeline.bench.analysis import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.records.codec import RecordError
+from specdec.pipeline.records.codec import RecordError, to_dict
 from specdec.pipeline.records.results import BenchResults, Figures, GateResult, read_figures
 
 _OPS: dict[str, Callable[[float, float], bool]] = {
@@ -62,15 +65,69 @@ def check_assertions(assertions: list[str], results: BenchResults) -> list[GateR
     return outcomes
 
 
-def check_baseline(baseline: Path, max_regression_pct: float, results: BenchResults) -> list[GateResult]:
-    if not baseline.is_file():
-        raise InputError(f"{setting('baseline')} '{baseline}' does not exist",
+@dataclass(frozen=True)
+class Baseline:
+    """A `--baseline` results.json, read and checked before the run starts."""
+
+    path: Path
+    figures: Figures
+    setup: dict[str, str]  # what it measured (see `run_setup`), to name what differs from this run
+
+
+def load_baseline(path: Path) -> Baseline:
+    """Read a baseline now, so a missing or wrong file fails before any device work (exit 2)."""
+    if not path.is_file():
+        raise InputError(f"{setting('baseline')} '{path}' does not exist",
                          "pass a results.json of an earlier bench run")
     try:
-        old = read_figures(baseline.read_text())
-    except RecordError as exc:
-        raise InputError(f"{setting('baseline')} '{baseline}' is not a specdec results.json ({exc})",
-                         "pass results.json") from exc
+        text = path.read_text()
+        figures = read_figures(text)
+        data = json.loads(text)
+    except (RecordError, UnicodeDecodeError, OSError) as exc:
+        raise InputError(f"{setting('baseline')} '{path}' is not a specdec results.json ({exc})",
+                         "pass the results.json an earlier `specdec bench` wrote") from None
+    return Baseline(path, figures, run_setup(data))
+
+
+def run_setup(data: dict[str, Any]) -> dict[str, str]:
+    """What a results.json measured, as comparable text: workload, decoding, bundle and device."""
+    def section(parent: dict[str, Any], key: str) -> dict[str, Any]:
+        value = parent.get(key)
+        return value if isinstance(value, dict) else {}
+
+    config, bundle, device = section(data, "config"), section(data, "bundle"), section(data, "device")
+    decode = section(config, "decode")
+    temperature = decode.get("temperature")
+    mode = "greedy" if temperature == 0 else decode.get("mode") or ("match" if temperature is not None else None)
+    fingerprint = bundle.get("fingerprint")
+    values = {
+        "prompts × tokens": f"{config['prompts']} × {decode['max_new_tokens']}"
+        if "prompts" in config and "max_new_tokens" in decode else None,
+        "repeats": config.get("repeats"),
+        "temperature": temperature,
+        "mode": mode,
+        "bundle": fingerprint[:12] if isinstance(fingerprint, str) and fingerprint else None,
+        "device": device.get("model"),
+    }
+    return {key: f"{value:g}" if isinstance(value, float) else str(value)
+            for key, value in values.items() if value is not None}
+
+
+def baseline_differences(baseline: Baseline, results: BenchResults) -> list[str]:
+    """A warning naming each way the baseline's run differs from this one (compared anyway: a new
+    bundle or device against an old one is what a regression check is for, but a different workload
+    makes the numbers mean something else)."""
+    now = run_setup(to_dict(results))
+    changed = [f"{key} {value} (now {now[key]})" for key, value in baseline.setup.items()
+               if key in now and now[key] != value]
+    if not changed:
+        return []
+    return [f"baseline {baseline.path} was measured differently: {', '.join(changed)}; "
+            "the regression gates compare the figures anyway"]
+
+
+def check_baseline(baseline: Baseline, max_regression_pct: float, results: BenchResults) -> list[GateResult]:
+    old = baseline.figures
     outcomes = []
     for name in REGRESSION_FIGURES:
         before, now = old.get(name), results.figures.get(name)

@@ -82,6 +82,8 @@ class BenchConfig:
         # Checked here so a typo fails before a long run, whether it came from flags or pipeline YAML.
         if self.repeats < 1:
             raise InputError(f"{setting('repeats')} must be at least 1", "use 1 or more")
+        if self.max_regression_pct < 0:
+            raise InputError(f"{setting('max_regression_pct')} must be >= 0", "use e.g. 5 (per cent)")
         check_controllers(self.controllers)
         for text in self.asserts:
             gates.parse_assertion(text)
@@ -123,40 +125,45 @@ def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[Be
 
 def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None,
               progress: Progress | None = None) -> BenchOutcome:
+    # Everything the user gave is checked before any device work: profile, settings, gates and
+    # baseline, prompts, and the output directory (writable, not clobbered; pipeline/staging.py).
     profile = profiles.load_device(config.profile_name)
     if profile.transport is not config.device:
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}",
                          f"pass {setting('device')} {profile.transport.value} or another {setting('profile')}")
-    settings = decode_settings(config, profile, bundle)  # checked before any device work
+    settings = decode_settings(config, profile, bundle)
+    baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
     codec = TextCodec(bundle.tokenizer_dir)
     prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit), bundle,
                                      config.max_new_tokens)
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
-    device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
-                         adb_port=config.adb_port)
-    python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
-    # Which runtime runs the runner (the device's Python, or the portable one pushed once) and what
-    # the device is: the plan of a bundle is per device.
-    launch = select_launch(config.runtime or profile.runtime.use, python=python, cpu_mask=profile.runtime.cpu_mask,
-                           progress=progress)
-    info = launch.prepare(device)
-    threads = profile.runtime.threads if config.threads is None else config.threads
-    key = device_key(config.device.value, info.model, info.abi, threads)
-    plan = planning.stored_plan(bundle, key)
-    settings = decode_settings(config, profile, bundle, plan)
-    tune = None
-    if plan is None and config.tune and bundle.manifest.graphs.get("draft") is not None:
-        tune = planning.tune_request(bundle, options_from(config), key, calibration_prompts(config, codec, prompts))
-    sensors = sensor_args(device, profile, config.controllers)
-    controls = controller_spec(config.controllers, profile, scenario, settings.config.prune.beta_base)
-    controls["power"].update(sensors.power)
-    run_spec = RunSpec(decode=settings.config, prompts=[p.ids for p in prompts], repeats=config.repeats,
-                       threads=threads, controllers=controls, tune=tune)
-    with StagedDirectory(config.output, force=config.force) as staged, tempfile.TemporaryDirectory() as scratch:
-        payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
-        run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
-                            on_event=on_event, sensors=sensors, launch=launch, info=info)
+    with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
+        device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
+                             adb_port=config.adb_port)
+        python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
+        # Which runtime runs the runner (the device's Python, or the portable one pushed once) and what
+        # the device is: the plan of a bundle is per device.
+        launch = select_launch(config.runtime or profile.runtime.use, python=python,
+                               cpu_mask=profile.runtime.cpu_mask, progress=progress)
+        info = launch.prepare(device)
+        threads = profile.runtime.threads if config.threads is None else config.threads
+        key = device_key(config.device.value, info.model, info.abi, threads)
+        plan = planning.stored_plan(bundle, key)
+        settings = decode_settings(config, profile, bundle, plan)
+        tune = None
+        if plan is None and config.tune and bundle.manifest.graphs.get("draft") is not None:
+            tune = planning.tune_request(bundle, options_from(config), key,
+                                         calibration_prompts(config, codec, prompts))
+        sensors = sensor_args(device, profile, config.controllers)
+        controls = controller_spec(config.controllers, profile, scenario, settings.config.prune.beta_base)
+        controls["power"].update(sensors.power)
+        run_spec = RunSpec(decode=settings.config, prompts=[p.ids for p in prompts], repeats=config.repeats,
+                           threads=threads, controllers=controls, tune=tune)
+        with tempfile.TemporaryDirectory() as scratch:
+            payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
+            run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
+                                on_event=on_event, sensors=sensors, launch=launch, info=info)
         run.warnings += settings.notes + sensors.notes + truncated
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
@@ -167,11 +174,14 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
             plan_report = planning.report(used, source, run.events, results.figures.speedup, tuned)
             figures = dataclasses.replace(results.figures, predicted_speedup=plan_report.predicted_speedup)
             results = dataclasses.replace(results, plan=plan_report, figures=figures)
+        if baseline is not None:
+            results = dataclasses.replace(results,
+                                          warnings=results.warnings + gates.baseline_differences(baseline, results))
         write_outputs(staged.dir, results, run)
         outcome = BenchOutcome(results, config.output, run=run)
         outcome.gates = gates.check_assertions(list(config.asserts), results)
-        if config.baseline is not None:
-            outcome.gates += gates.check_baseline(config.baseline, config.max_regression_pct, results)
+        if baseline is not None:
+            outcome.gates += gates.check_baseline(baseline, config.max_regression_pct, results)
         outcome.results = results = dataclasses.replace(results, gates=list(outcome.gates))
         write_outputs(staged.dir, results, run, figures_only=True)
         staged.commit()

@@ -85,22 +85,24 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
                               requirements=bundle_requirements(source.manifest.quantization))
     codec = TextCodec(source.tokenizer_dir)
     prompts = _calibration(config, codec)
-    device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
-                         adb_port=config.adb_port)
-    python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
-    launch = select_launch(config.runtime or profile.runtime.use, python=python, cpu_mask=profile.runtime.cpu_mask,
-                           progress=progress)
-    info = launch.prepare(device)
-    threads = profile.runtime.threads if config.threads is None else config.threads
-    key = device_key(config.device.value, info.model, info.abi, threads)
-    request = planning.tune_request(source, options, key, prompts, only=True, max_new_tokens=config.max_new_tokens)
-    assert request is not None  # `only` always asks
-    spec = RunSpec(decode=settings.config, prompts=[], threads=threads, tune=request)
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer, \
-            tempfile.TemporaryDirectory() as scratch:
-        payload = build_payload(source, spec, Path(scratch) / "payload")
-        run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=False,
-                            on_event=on_event, launch=launch, info=info)
+    # The output is checked (writable, not clobbered) and staged before any device work.
+    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+        device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
+                             adb_port=config.adb_port)
+        python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
+        launch = select_launch(config.runtime or profile.runtime.use, python=python,
+                               cpu_mask=profile.runtime.cpu_mask, progress=progress)
+        info = launch.prepare(device)
+        threads = profile.runtime.threads if config.threads is None else config.threads
+        key = device_key(config.device.value, info.model, info.abi, threads)
+        request = planning.tune_request(source, options, key, prompts, only=True,
+                                        max_new_tokens=config.max_new_tokens)
+        assert request is not None  # `only` always asks
+        spec = RunSpec(decode=settings.config, prompts=[], threads=threads, tune=request)
+        with tempfile.TemporaryDirectory() as scratch:
+            payload = build_payload(source, spec, Path(scratch) / "payload")
+            run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=False,
+                                on_event=on_event, launch=launch, info=info)
         plan = planning.tuned_plan(run.events)
         if plan is None:
             raise DeviceError(f"{device.serial}: the device runner reported no plan{' (device lost)' * run.partial}",

@@ -48,6 +48,7 @@ class CompileSettings:
     profile: str
     # npu: the KV slots each context bucket spans, ascending, max_context last
     context_buckets: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()  # adjustments the user should hear about (a clamped default)
 
 
 @dataclass(frozen=True)
@@ -67,12 +68,19 @@ class CompileConfig:
     format: OutputFormat | None = None
     force: bool = False
 
-    def resolve(self) -> CompileSettings:
+    def resolve(self, model_context: int | None = None) -> CompileSettings:
+        """The settings with the profile's defaults; the profile's max context is clamped to
+        `model_context` (the model's positions) with a note, an explicit one is not (compile_bundle)."""
         spec = profiles.load_device(self.profile).compile
         flavour = self.target or spec.target
         buckets = self.buckets or tuple(spec.buckets)
         draft = self.draft_buckets or tuple(spec.draft_buckets)
         context = self.max_context or spec.max_context
+        notes: tuple[str, ...] = ()
+        if self.max_context is None and model_context is not None and context > model_context:
+            notes = (f"the profile {self.profile}'s max context ({context}) exceeds the model's {model_context} "
+                     f"positions: compiled for {model_context}",)
+            context = model_context
         chunk = self.prefill_chunk or spec.prefill_chunk
         contexts: tuple[int, ...] = ()
         if flavour is GraphFlavour.npu:  # the cpu flavour runs any tree size: buckets do not apply
@@ -89,7 +97,7 @@ class CompileConfig:
             contexts = (*(c for c in given if c < context), context)
         output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
         return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, output_format,
-                               self.profile, contexts)
+                               self.profile, contexts, notes)
 
     def record(self) -> dict[str, Any]:
         settings = self.resolve()
@@ -124,17 +132,22 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     progress = progress or SilentProgress()
     if source.manifest.buckets:
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
-    settings = config.resolve()
     manifest = source.manifest.model_copy(deep=True)
-    for role, spec in manifest.graphs.items():
-        if settings.max_context > spec.max_position_embeddings:
-            raise InputError(f"{setting('max_context')} {settings.max_context} exceeds the {role}'s "
+    model_context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
+    for role, spec in manifest.graphs.items():  # only an explicit max context can be too large
+        if config.max_context is not None and config.max_context > spec.max_position_embeddings:
+            raise InputError(f"{setting('max_context')} {config.max_context} exceeds the {role}'s "
                              f"{spec.max_position_embeddings} positions",
                              f"use {setting('max_context')} {spec.max_position_embeddings} or less")
+    settings = config.resolve(model_context)
     flavour = _flavour(settings, manifest)
     if flavour is not settings.flavour:  # the fallback: check the npu flavour's settings too
-        settings = dataclasses.replace(config, target=flavour).resolve()
+        settings = dataclasses.replace(config, target=flavour).resolve(model_context)
+    for note in settings.notes:
+        log.info("%s", note)  # the CLI prints the report's notes
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         writer.copy_from(source)
         FLAVOURS[flavour](source, manifest, writer.dir, settings, progress)
+        report = manifest.reports.setdefault("compile", {})
+        report["notes"] = [*settings.notes, *report.get("notes", [])]
         return writer.finish(manifest, stage="compile", config=config.record(), inputs=input_digests(source))

@@ -27,6 +27,7 @@ from specdec.pipeline.errors import InputError, RuntimeBuildError
 from specdec.pipeline.portable import assemble, fetch, recipe
 from specdec.pipeline.portable.fetch import Sources
 from specdec.pipeline.progress import Progress, SilentProgress
+from specdec.pipeline.staging import writable_directory
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ def build_runtime(config: BuildConfig, progress: Progress | None = None) -> Runt
     if not config.force and (cached := find_current(abi.abi, config.cache_dir)) is not None:
         log.info("runtime %s for %s is cached at %s", cached.id, abi.abi, cached.path)
         return cached
+    writable_directory(root, key="cache_dir")  # before any download: a read-only cache is one line, exit 2
     if missing := fetch.tools_available():
         raise RuntimeBuildError(f"runtime build needs {' and '.join(missing)}, which this machine lacks",
                                       "build it on Debian or Ubuntu (apt-get install apt dpkg), then copy "

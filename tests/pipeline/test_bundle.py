@@ -142,6 +142,6 @@ def test_typed_sections_are_validated_alike_on_host_and_device(tmp_path: Path) -
                                              "outputs": []}]}}
     (tmp_path / "b" / "manifest.json").write_text(json.dumps(raw))
     with pytest.raises(BundleError, match=r"'buckets.graphs.target.0.q': Input should be a valid int"):
-        Bundle.load(tmp_path / "b", verify=False)
+        Bundle.load(tmp_path / "b")
     with pytest.raises(BundleError, match=r"'buckets.graphs.target.0.q': Input should be a valid int"):
         read_bundle(tmp_path / "b")

@@ -19,8 +19,8 @@ def test_empty_prompt(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
     with pytest.raises(GenerationError, match="prompt is empty"):
         engine.generate([], DecodeConfig())
-    with pytest.raises(GenerationError, match="is empty"):
-        Generator(bundle_factory("llama").path).run(PromptItem("x", text=""), DecodeConfig())
+    with pytest.raises(InputError, match="prompt 'x' is empty"):  # before decoding: bad input (exit 2)
+        Generator(bundle_factory("llama")).prepare([PromptItem("x", text="")], DecodeConfig(), truncate=False)
 
 
 def test_prompt_longer_than_context(bundle_factory) -> None:  # type: ignore[no-untyped-def]
@@ -28,8 +28,13 @@ def test_prompt_longer_than_context(bundle_factory) -> None:  # type: ignore[no-
     engine = Engine(bundle.path)
     with pytest.raises(GenerationError, match="context is 512.*--truncate"):
         engine.generate([5] * 600, DecodeConfig())
-    generator = Generator(bundle.path)
-    reply, _ = generator.run(PromptItem("long", input_ids=[5] * 600), DecodeConfig(max_new_tokens=4), truncate=True)
+    generator = Generator(bundle)
+    long = PromptItem("long", text="the quick brown fox " * 400)
+    with pytest.raises(InputError, match=r"prompt 'long' has \d+ tokens but the bundle's context is 512") as caught:
+        generator.prepare([PromptItem("short", text="hi"), long], DecodeConfig(), truncate=False)
+    assert "quick" not in caught.value.one_line()  # the count, never the text
+    ids = generator.prepare([PromptItem("long", input_ids=[5] * 600)], DecodeConfig(max_new_tokens=4), truncate=True)
+    reply, _ = generator.run(ids[0], DecodeConfig(max_new_tokens=4))
     assert len(reply.prompt_ids) < 512 and len(reply.output_ids) == 4
 
 
