@@ -75,7 +75,7 @@ def render(rows: list[dict[str, Any]]) -> None:
     columns = ("serial", "state", "model", "Android", "ABI", "battery", "charging",
                "device python / numpy / onnxruntime", "portable runtime")
     for column in columns:
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "serial")
     for row in rows:
         info: DeviceInfo | None = row["info"]
         if info is None:

@@ -7,10 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from specdec.cli.console import out
-from specdec.cli.render import human_bytes, readiness_table
+from specdec.cli.render import human_bytes, plan_fit_line, plan_table, quality_table, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.summary import summarize
@@ -20,21 +21,23 @@ def _shape(shape: list[Any]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
-def render(summary: dict[str, Any]) -> None:
-    out.print(f"[bold]{summary['path']}[/]  schema {summary['schema_version']}, specdec {summary['tool_version']}, "
-              f"stages: {' → '.join(summary['stages'])}, {human_bytes(summary['total_bytes'])}")
+def render(summary: dict[str, Any], bundle: Bundle) -> None:
+    out.print(f"[bold]{escape(summary['path'])}[/]  schema {summary['schema_version']}, "
+              f"specdec {summary['tool_version']}, stages: {' → '.join(summary['stages'])}, "
+              f"{human_bytes(summary['total_bytes'])}")
     graphs = Table(title="graphs", title_justify="left")
-    for column in ("role", "file", "architecture", "dtype", "layers", "kv heads × dim", "vocab", "params", "size"):
-        graphs.add_column(column)
+    for column in ("role", "file", "architecture", "precision", "layers", "kv heads × dim", "vocab", "params",
+                   "size"):
+        graphs.add_column(column, no_wrap=column in ("role", "file"))
     for role, g in summary["graphs"].items():
-        graphs.add_row(role, g["file"], g["architecture"], g["dtype"], str(g["num_layers"]),
+        graphs.add_row(role, g["file"], g["architecture"], g["precision"], str(g["num_layers"]),
                        f"{g['num_kv_heads']} × {g['head_dim']}", str(g["vocab_size"]),
                        f"{g['parameters'] / 1e6:.2f} M", human_bytes(g["bytes"]))
     out.print(graphs)
     for role, g in summary["graphs"].items():
         io = Table(title=f"{role} inputs / outputs", title_justify="left")
         for column in ("", "name", "dtype", "shape"):
-            io.add_column(column)
+            io.add_column(column, no_wrap=column == "name")
         for kind in ("inputs", "outputs"):
             for row in g[kind]:
                 io.add_row(kind[:-1], row["name"], row["dtype"], _shape(row["shape"]))
@@ -44,18 +47,51 @@ def render(summary: dict[str, Any]) -> None:
               f"pad {tok['pad_token_id']}")
     lineage = Table(title="lineage", title_justify="left")
     for column in ("stage", "created", "specdec", "config", "fingerprint"):
-        lineage.add_column(column)
+        lineage.add_column(column, no_wrap=column == "stage", overflow="fold")
     for entry in summary["lineage"]:
         lineage.add_row(entry["stage"], entry["created"], entry["tool_version"],
                         json.dumps(entry["config"], sort_keys=True), entry["fingerprint"][:12])
     out.print(lineage)
+    render_quantization(bundle)
     render_compiled(summary)
+    render_plan(bundle)
     validation = summary["reports"].get("export", {}).get("validation")
     if isinstance(validation, dict):
         for role, report in validation.items():
             worst = max(report["checks"], key=lambda c: c["max_abs_diff"])
             out.print(f"validation {role}: passed, worst {worst['case']}/{worst['output']} "
                       f"max |diff| {worst['max_abs_diff']:.2g}")
+
+
+def render_quantization(bundle: Bundle) -> None:
+    """How each graph was quantized, and the quality report measured then."""
+    quantization = bundle.manifest.quantization
+    if quantization is None:
+        return
+    table = Table(title=f"quantization ({quantization.format}, {quantization.domain})", title_justify="left")
+    for column in ("role", "method", "group", "zero point", "compute", "layers int4 / int8 / float", "embeddings"):
+        table.add_column(column, no_wrap=column == "role")
+    for role, g in quantization.graphs.items():
+        embeddings = ", ".join(sorted({"float" if e.is_float else f"int{e.bits}" for e in g.embeddings.values()}))
+        table.add_row(role, g.method, str(g.group_size), "symmetric" if g.symmetric else "asymmetric",
+                      "int8 activations (level 4)" if g.accuracy_level >= 4 else f"float (level {g.accuracy_level})",
+                      f"{g.summary.get('int4', 0)} / {g.summary.get('int8', 0)} / {g.summary.get('float', 0)}",
+                      embeddings or "float")
+    out.print(table)
+    quality = bundle.manifest.reports.get("quantize")
+    if isinstance(quality, dict) and "graphs" in quality:
+        out.print(quality_table(quality, quantization))
+
+
+def render_plan(bundle: Bundle) -> None:
+    """The tuned plans (`specdec tune`), one per device they were measured on."""
+    plan = bundle.manifest.plan
+    for device_plan in plan.devices if plan is not None else []:
+        layout = ", exact layout" if device_plan.exact_layout else ""
+        out.print(f"plan for {escape(device_plan.device)} ({device_plan.created}, {device_plan.threads} threads"
+                  f"{layout}, {device_plan.calibration_rounds} calibration rounds)")
+        out.print(plan_table(device_plan))
+        out.print(f"  {plan_fit_line(device_plan)}")
 
 
 def render_compiled(summary: dict[str, Any]) -> None:
@@ -129,4 +165,4 @@ def inspect(
     if as_json:
         out.print_json(json.dumps(summary, default=str))
     else:
-        render(summary)
+        render(summary, loaded)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from specdec.cli.console import RichProgress, err
-from specdec.cli.render import report_outcome
+from specdec.cli.render import quality_table, report_outcome
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.chain import load_config, run_pipeline
 
@@ -26,6 +26,9 @@ def pipeline(
     def report(stage: str, bundle: Bundle, reused: bool) -> None:
         verb = "reused" if reused else "built"
         err.print(f"[green]✓[/] {stage}: {verb} [bold]{bundle.path}[/]")
+        quality = bundle.manifest.reports.get("quantize") if stage == "quantize" else None
+        if quality and bundle.manifest.quantization is not None:
+            err.print(quality_table(quality, bundle.manifest.quantization))
 
     bundle, outcome = run_pipeline(config, RichProgress(), report)
     if outcome is None:

@@ -14,25 +14,34 @@ from specdec.pipeline import profiles
 app = typer.Typer(help="Device profiles and scenario templates (validated YAML in profiles/).", no_args_is_help=True)
 
 
+def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], descriptions: list[str]) -> None:
+    """Names never wrap (they are what people type); on a narrow terminal the descriptions go below the
+    table instead of squeezing every column into a sliver."""
+    wide = out.width >= 120
+    table = Table(title=title, title_justify="left")
+    for column in (*columns, "description") if wide else columns:
+        table.add_column(column, no_wrap=column == "name", overflow="fold")
+    for row, description in zip(rows, descriptions, strict=True):
+        table.add_row(*row, *((description,) if wide else ()))
+    out.print(table)
+    if not wide:
+        for row, description in zip(rows, descriptions, strict=True):
+            out.print(f"  [bold]{row[0]}[/]: {description}", highlight=False)
+
+
 @app.command("list", help="List the built-in device profiles and scenario templates.")
 @guarded
 def list_profiles() -> None:
-    table = Table(title="device profiles", title_justify="left")
-    for column in ("name", "transport", "SoC", "threads / mask", "max context", "buckets", "description"):
-        table.add_column(column)
-    for name in profiles.builtin_names("device"):
-        p = profiles.load_device(name)
-        table.add_row(p.name, p.transport.value, p.soc or "—", f"{p.runtime.threads} / {p.runtime.cpu_mask or '—'}",
-                      str(p.compile.max_context), ",".join(map(str, p.compile.buckets)), p.description)
-    out.print(table)
-    scenarios = Table(title="scenario templates", title_justify="left")
-    for column in ("name", "beta_base", "entropy low / high", "rho min / max", "depth / width", "description"):
-        scenarios.add_column(column)
-    for name in profiles.builtin_names("scenario"):
-        s = profiles.load_scenario(name)
-        scenarios.add_row(s.name, f"{s.beta_base:g}", f"{s.entropy_low:g} / {s.entropy_high:g}",
-                          f"{s.rho_min:g} / {s.rho_max:g}", f"{s.depth or '—'} / {s.width or '—'}", s.description)
-    out.print(scenarios)
+    devices = [profiles.load_device(name) for name in profiles.builtin_names("device")]
+    _table("device profiles", ("name", "transport", "SoC", "threads / mask", "max context", "buckets"),
+           [(p.name, p.transport.value, p.soc or "—", f"{p.runtime.threads} / {p.runtime.cpu_mask or '—'}",
+             str(p.compile.max_context), ", ".join(map(str, p.compile.buckets))) for p in devices],
+           [p.description for p in devices])
+    scenarios = [profiles.load_scenario(name) for name in profiles.builtin_names("scenario")]
+    _table("scenario templates", ("name", "beta_base", "entropy low / high", "rho min / max", "depth / width"),
+           [(s.name, f"{s.beta_base:g}", f"{s.entropy_low:g} / {s.entropy_high:g}", f"{s.rho_min:g} / {s.rho_max:g}",
+             f"{s.depth or '—'} / {s.width or '—'}") for s in scenarios],
+           [s.description for s in scenarios])
 
 
 @app.command("show", help="Print one profile (built-in name or YAML path) with every field, validated.")

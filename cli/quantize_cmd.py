@@ -3,56 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.table import Table
 
 from specdec.cli.console import RichProgress, err
+from specdec.cli.render import quality_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
-from specdec.pipeline.records.manifest import Quantization
-
-
-def _mb(size: float) -> str:
-    return f"{size / 1e6:.2f} MB" if size >= 1e5 else f"{size / 1e3:.1f} KB"
-
-
-def _delta(before: float, after: float, digits: int = 3) -> tuple[str, str, str]:
-    change = f"{100 * (after / before - 1):+.1f}%" if before else "—"
-    return f"{before:.{digits}f}", f"{after:.{digits}f}", change
-
-
-def report_table(report: dict[str, Any], quantization: Quantization) -> Table:
-    table = Table(title="quantization quality (measured, same data before and after)", title_justify="left")
-    for column, justify in (("graph", "left"), ("figure", "left"), ("before", "right"), ("after", "right"),
-                            ("change", "right")):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for role, g in report["graphs"].items():
-        q = quantization.graphs[role]
-        summary = q.summary
-        tables = sorted({"float" if r.is_float else f"int{r.bits}" for r in q.embeddings.values()})
-        label = (f"{role} ({q.method}, {summary['int4']}×int4 {summary['int8']}×int8 {summary['float']}×float; "
-                 f"embeddings {'/'.join(tables) or 'none'})")
-        ratio = f"×{g['size_ratio']:.2f}"
-        table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)
-        table.add_row("", "perplexity", *_delta(g["perplexity_before"], g["perplexity_after"]))
-    spec = report.get("speculative")
-    if spec:
-        table.add_row("pair", "draft top-1 agreement", *_delta(spec["top1_agreement_before"],
-                                                               spec["top1_agreement_after"]))
-        table.add_row("", "mean accepted length", *_delta(spec["mean_accepted_len_before"],
-                                                          spec["mean_accepted_len_after"], 2))
-        layout = spec.get("layout", "tree")
-        table.add_row("", f"greedy lossless (spec = plain, {layout} layout)", "",
-                      f"{spec['lossless_prompts']}/{spec['prompts']}", "")
-        tree = spec.get("tree_layout")
-        if tree is not None:
-            table.add_row("", "tokens differing in the tree layout", "", f"{tree['token_mismatch_rate']:.1%}", "")
-    total = report["total"]
-    table.add_row("bundle", "graphs on disk", _mb(total["bytes_before"]), _mb(total["bytes_after"]),
-                  f"×{total['size_ratio']:.2f}")
-    return table
 
 
 def quantize(
@@ -96,7 +53,7 @@ def quantize(
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress())
     report = result.manifest.reports["quantize"]
     assert result.manifest.quantization is not None
-    err.print(report_table(report, result.manifest.quantization))
+    err.print(quality_table(report, result.manifest.quantization))
     calibration = report["calibration"]
     err.print(f"calibrated on {calibration['samples']} × {calibration['seq_len']} tokens of "
               f"{Path(calibration['source']).name}; perplexity on {report['eval']['tokens']} tokens "

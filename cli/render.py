@@ -9,6 +9,8 @@ from rich.table import Table
 from specdec.cli.console import err, out, warn
 from specdec.pipeline.bench.stage import BenchOutcome
 from specdec.pipeline.errors import DeviceLostError, GateFailedError
+from specdec.pipeline.records.manifest import Quantization
+from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.records.results import BenchResults
 
 
@@ -24,7 +26,7 @@ def readiness_table(readiness: dict[str, dict[str, Any]]) -> Table:
     """`specdec compile` and `specdec inspect --mobile`: what NNAPI and CoreML could take per variant."""
     table = Table(title="mobile readiness (share of nodes each provider could take)", title_justify="left")
     for column in ("variant", "size", "dynamic dims", "NNAPI", "CoreML", "XNNPACK / QNN", "op types"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "variant")
     for name, report in readiness.items():
         cells = []
         for provider in ("NNAPI", "CoreML"):
@@ -33,6 +35,66 @@ def readiness_table(readiness: dict[str, dict[str, Any]]) -> Table:
         table.add_row(name, human_bytes(report["bytes"]), ", ".join(report["dynamic_dims"]) or "none", *cells,
                       "not checked here", str(len(report["op_types"])))
     return table
+
+
+def _mb(size: float) -> str:
+    return f"{size / 1e6:.2f} MB" if size >= 1e5 else f"{size / 1e3:.1f} KB"
+
+
+def _delta(before: float, after: float, digits: int = 3) -> tuple[str, str, str]:
+    change = f"{100 * (after / before - 1):+.1f}%" if before else "—"
+    return f"{before:.{digits}f}", f"{after:.{digits}f}", change
+
+
+def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
+    """`specdec quantize`, `specdec inspect` and the pipeline: the quality report of a quantized bundle."""
+    table = Table(title="quantization quality (measured, same data before and after)", title_justify="left")
+    for column, justify in (("graph", "left"), ("figure", "left"), ("before", "right"), ("after", "right"),
+                            ("change", "right")):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for role, g in report["graphs"].items():
+        q = quantization.graphs[role]
+        summary = q.summary
+        tables = sorted({"float" if r.is_float else f"int{r.bits}" for r in q.embeddings.values()})
+        label = (f"{role} ({q.method}, {summary['int4']}×int4 {summary['int8']}×int8 {summary['float']}×float; "
+                 f"embeddings {'/'.join(tables) or 'none'})")
+        ratio = f"×{g['size_ratio']:.2f}"
+        table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)
+        table.add_row("", "perplexity", *_delta(g["perplexity_before"], g["perplexity_after"]))
+    spec = report.get("speculative")
+    if spec:
+        table.add_row("pair", "draft top-1 agreement", *_delta(spec["top1_agreement_before"],
+                                                               spec["top1_agreement_after"]))
+        table.add_row("", "mean accepted length", *_delta(spec["mean_accepted_len_before"],
+                                                          spec["mean_accepted_len_after"], 2))
+        layout = spec.get("layout", "tree")
+        table.add_row("", f"greedy lossless (spec = plain, {layout} layout)", "",
+                      f"{spec['lossless_prompts']}/{spec['prompts']}", "")
+        tree = spec.get("tree_layout")
+        if tree is not None:
+            table.add_row("", "tokens differing in the tree layout", "", f"{tree['token_mismatch_rate']:.1%}", "")
+    total = report["total"]
+    table.add_row("bundle", "graphs on disk", _mb(total["bytes_before"]), _mb(total["bytes_after"]),
+                  f"×{total['size_ratio']:.2f}")
+    return table
+
+
+def plan_table(plan: DevicePlan) -> Table:
+    table = Table(title=f"plan for {plan.device}", title_justify="left")
+    for column in ("drafter", "nodes", "depth", "width", "tok/round", "round ms", "predicted"):
+        table.add_column(column, justify="left" if column == "drafter" else "right", no_wrap=True)
+    for index, c in enumerate([plan.choice, *[c for c in plan.candidates if c != plan.choice][:5]]):
+        style = "bold green" if index == 0 else None
+        table.add_row(c.drafter, str(c.budget), str(c.depth), str(c.width), f"{c.expected_tokens:.2f}",
+                      f"{c.round_ms:.2f}", f"{c.predicted_speedup:.2f}×", style=style)
+    return table
+
+
+def plan_fit_line(plan: DevicePlan) -> str:
+    fit = plan.verify_fit
+    return (f"verify cost: {fit.intercept_ms:.2f} ms + {fit.ms_per_node:.3f} ms/node (worst residual of the line "
+            f"{fit.max_residual * 100:.0f} %; the plan uses the measured curve), "
+            f"plain step {plan.plain_step_ms:.2f} ms")
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -31,7 +31,7 @@ def _mb(size: int) -> str:
 def archive_table(archives: list[RuntimeArchive], title: str) -> Table:
     table = Table(title=title, title_justify="left")
     for column in ("id", "ABI", "archive", "unpacked", "files", "python", "numpy", "onnxruntime", "built", "recipe"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "id")
     for a in archives:
         table.add_row(a.id, a.abi, _mb(a.size), _mb(a.unpacked_size), str(a.files), a.python, a.numpy, a.onnxruntime,
                       a.created, "[green]current[/]" if a.current() else "[yellow]older specdec[/]")

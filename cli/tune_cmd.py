@@ -5,24 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from specdec.cli.console import RichProgress, err, note, out
+from specdec.cli.render import plan_fit_line, plan_table
 from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import Transport
-from specdec.pipeline.records.plan import DevicePlan
-
-
-def plan_table(plan: DevicePlan) -> Table:
-    table = Table(title=f"plan for {plan.device}", title_justify="left")
-    for column in ("drafter", "nodes", "depth", "width", "tok/round", "round ms", "predicted"):
-        table.add_column(column, justify="left" if column == "drafter" else "right", no_wrap=True)
-    for index, c in enumerate([plan.choice, *[c for c in plan.candidates if c != plan.choice][:5]]):
-        style = "bold green" if index == 0 else None
-        table.add_row(c.drafter, str(c.budget), str(c.depth), str(c.width), f"{c.expected_tokens:.2f}",
-                      f"{c.round_ms:.2f}", f"{c.predicted_speedup:.2f}×", style=style)
-    return table
 
 
 def tune(
@@ -49,10 +37,7 @@ def tune(
     with RichProgress().task("tuning on the device (plain timing, verify cost curve, calibration)"):
         result, plan = tune_bundle(config, source)
     out.print(plan_table(plan))
-    fit = plan.verify_fit
-    err.print(f"verify cost: {fit.intercept_ms:.2f} ms + {fit.ms_per_node:.3f} ms/node (worst residual of the line "
-              f"{fit.max_residual * 100:.0f} %; the plan uses the measured curve), "
-              f"plain step {plan.plain_step_ms:.2f} ms")
+    err.print(plan_fit_line(plan))
     if not plan.choice.speculative:
         note("the plan is plain decoding: no tree is predicted to beat it by 5 % on this device")
     err.print(f"wrote [bold]{result.path}[/] (generate and bench use the plan on this device; flags override)")

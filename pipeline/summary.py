@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle import Bundle, Manifest
 from specdec.pipeline.graph_io import belongs_to
 from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.manifest import TensorSpec
@@ -35,6 +35,18 @@ def compact_io(specs: list[TensorSpec]) -> list[dict[str, Any]]:
     return rows
 
 
+def precision(manifest: Manifest, role: str) -> str:
+    """What a graph's weights really are: the exported dtype says float32 for INT4 graphs too."""
+    dtype = manifest.graphs[role].dtype
+    graph = manifest.quantization.graphs.get(role) if manifest.quantization is not None else None
+    if graph is None:
+        return dtype
+    counts = {bits: n for bits, n in graph.summary.items() if n}
+    weights = "/".join(bits for bits in ("int4", "int8") if bits in counts) or "float"
+    compute = "int8" if graph.accuracy_level >= 4 else dtype
+    return f"{weights} weights ({graph.method}), {compute} compute"
+
+
 def summarize(bundle: Bundle) -> dict[str, Any]:
     manifest = bundle.manifest
     sizes: dict[str, int] = {}
@@ -46,6 +58,7 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         graph_bytes = sum(e.size for rel, e in manifest.files.items() if belongs_to(rel, spec.file))
         graphs[role] = {
             **spec.model_dump(exclude={"inputs", "outputs"}),
+            "precision": precision(manifest, role),
             "bytes": graph_bytes,
             "inputs": compact_io(spec.inputs),
             "outputs": compact_io(spec.outputs),
@@ -64,4 +77,5 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         "custom_ops": dump(manifest.custom_ops),
         "quantization": dump(manifest.quantization),
         "buckets": dump(manifest.buckets),
+        "plan": dump(manifest.plan),
     }

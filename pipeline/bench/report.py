@@ -15,6 +15,17 @@ def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def why_formula_differs(results: BenchResults) -> str:
+    """Without a plan there is no cost model of this device: say in general why the chain formula misses."""
+    f = results.figures
+    return (f"Why predicted and measured differ: the chain formula assumes a round costs γ draft steps (r each) "
+            f"plus one target step that verifies γ + 1 tokens as fast as it decodes one, and nothing else; "
+            f"the run also paid a fixed "
+            f"{_fmt(f.fixed_call_ms)} ms per target call, verified trees rather than chains "
+            f"({_fmt(f.per_node_ms)} ms per extra node), and host work between calls. "
+            f"`specdec tune` measures this device's cost curve and explains the difference term by term.")
+
+
 def summary_markdown(results: BenchResults) -> str:
     f = results.figures
     device = results.device
@@ -59,6 +70,8 @@ def summary_markdown(results: BenchResults) -> str:
                   "", "| cost-model term | predicted | measured |", "|---|---|---|"]
         lines += [f"| {t.name} | {_fmt(t.predicted)} | {_fmt(t.measured)} |" for t in plan.terms]
         lines.append("")
+    elif f.analytic_speedup is not None and f.speedup is not None:
+        lines += ["", why_formula_differs(results), ""]
     rule = results.enable_rule
     lines.append(f"Enable rule: gain {_fmt(rule.gain_ms)} ms/reply vs threshold {rule.threshold_ms:g} ms "
                  f"→ **speculation {rule.recommendation.value}**.")

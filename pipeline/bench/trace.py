@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.devices.sensor_log import SensorLog
-from specdec.pipeline.runtime.stats import STAGES
+from specdec.pipeline.runtime.stats import ACCEPT, STAGES, VERIFY
 
 _PIDS = {"plain": 1, "speculative": 2}
 _COUNTER_PID = 3
@@ -22,16 +22,28 @@ def _us(epoch_ns: int, origin_ns: int) -> float:
     return (epoch_ns - origin_ns) / 1e3
 
 
+IN_GRAPH_NOTE = (f"verification ran inside the target graph (BlockSparseVerify): its time is part of "
+                 f"{VERIFY}, so the {ACCEPT} track is empty")
+
+
+def verified_in_graph(events: list[dict[str, Any]]) -> bool:
+    """Whether speculative rounds verified inside the target graph: they ran, and none timed a host accept step."""
+    rounds = [e for e in events if e.get("type") == "round" and e.get("kind") == "speculative" and e["slices"]]
+    return bool(rounds) and not any(stage == ACCEPT for e in rounds for stage, _, _ in e["slices"])
+
+
 def build_trace(events: list[dict[str, Any]], sensors: SensorLog | None,
                 instants: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     start = next((e["epoch_ns"] for e in events if e.get("type") == "start"), None)
     origin = int(start if start is not None else min((s[1] for e in events if e.get("type") == "round"
                                                       for s in e["slices"]), default=0))
+    in_graph = verified_in_graph(events)
     trace: list[dict[str, Any]] = []
     for mode, pid in _PIDS.items():
         trace.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"{mode} decoding"}})
         for tid, stage in enumerate(STAGES, start=1):
-            trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": stage}})
+            name = f"{stage} (in {VERIFY}: verified in the graph)" if in_graph and stage == ACCEPT else stage
+            trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
     trace.append({"ph": "M", "name": "process_name", "pid": _COUNTER_PID, "args": {"name": "device"}})
     tids = {stage: tid for tid, stage in enumerate(STAGES, start=1)}
     for event in events:
@@ -67,7 +79,10 @@ def build_trace(events: list[dict[str, Any]], sensors: SensorLog | None,
     for instant in instants or []:
         trace.append({"ph": "i", "s": "g", "name": instant["name"], "pid": _COUNTER_PID,
                       "ts": _us(int(instant["ts_ns"]), origin), "args": instant})
-    return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": {"origin_epoch_ns": origin}}
+    other: dict[str, Any] = {"origin_epoch_ns": origin}
+    if in_graph:
+        other["verification"] = IN_GRAPH_NOTE
+    return {"traceEvents": trace, "displayTimeUnit": "ms", "otherData": other}
 
 
 def write_trace(path: Path, trace: dict[str, Any]) -> None:
