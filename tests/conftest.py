@@ -59,3 +59,23 @@ def portable_runtime(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[
             pytest.skip(f"cannot build the portable runtime here: {exc.one_line()}")
         raise
     return archive, xdg
+
+
+@pytest.fixture
+def readonly_dir(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A directory on a read-only filesystem (a 1 MB tmpfs mounted ro); needs root, else skipped."""
+    import os
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("mounting a read-only tmpfs needs root (CI runs the tests as root)")
+    mount = tmp_path / "readonly"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, check=False)
