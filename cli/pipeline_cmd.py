@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from specdec.cli.console import RichProgress, err
+from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import quality_table, report_outcome
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.chain import load_config, run_pipeline
@@ -29,6 +29,9 @@ def pipeline(
         quality = bundle.manifest.reports.get("quantize") if stage == "quantize" else None
         if quality and bundle.manifest.quantization is not None:
             err.print(quality_table(quality, bundle.manifest.quantization))
+        if stage == "compile" and not reused:
+            for text in bundle.manifest.reports.get("compile", {}).get("notes", []):
+                note(text)
 
     bundle, outcome = run_pipeline(config, RichProgress(), report)
     if outcome is None:

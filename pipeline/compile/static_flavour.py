@@ -111,7 +111,7 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
     notes = []
     if settings.format is not OutputFormat.onnx:
         notes.append(_ort_size_note(sizes))
-        log.warning("%s", notes[-1])
+        log.info("%s", notes[-1])  # the CLI prints the report's notes
         with progress.task("converting to ORT format"):
             produced = to_ort_format(out_dir)
         for variants in table.values():

@@ -48,3 +48,28 @@ def test_bad_invocations(tmp_path: Path, argv: list[str], code: int, needle: str
     result = runner.invoke(app, argv)
     assert result.exit_code == code and needle in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_stray_write_error_is_still_one_line() -> None:
+    """Outputs go through pipeline/staging.py; an OSError of a write that slips past it maps the same way."""
+    import errno
+
+    import typer
+
+    from specdec.cli.console import guarded
+
+    def full_disk() -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", "/data/out/x.bin")
+
+    def bug() -> None:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    single = typer.Typer()
+    single.command()(guarded(full_disk))
+    result = runner.invoke(single, [])
+    assert result.exit_code == 2 and result.output.strip() == (
+        "error: output '/data/out/x.bin' cannot be written: no space left on the device — free space or choose "
+        "output on another disk")
+    other = typer.Typer()
+    other.command()(guarded(bug))
+    assert isinstance(runner.invoke(other, []).exception, OSError)  # not a write error: a bug, with its traceback

@@ -42,7 +42,8 @@ def test_force_replaces_a_bench_results_directory(tmp_path: Path) -> None:
 @pytest.mark.parametrize("make,needle", [
     (lambda d: (d.mkdir(), (d / "thesis.tex").write_text("years of work")),
      "is not a specdec bundle or bench results directory (thesis.tex)"),
-    (lambda d: _bundle_dir(d, "notes.txt"), "is a specdec bundle but also holds files specdec did not write (notes.txt)"),
+    (lambda d: _bundle_dir(d, "notes.txt"),
+     "is a specdec bundle but also holds files specdec did not write (notes.txt)"),
 ])
 def test_force_never_deletes_files_specdec_did_not_write(tmp_path: Path, make, needle: str) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"

@@ -88,3 +88,12 @@ def test_cli_tune_and_bad_input(bench_bundle_cpu, bundle_factory, tmp_path: Path
         bundle.manifest.graphs.pop("draft")
         tune_bundle(TuneConfig(output=tmp_path / "x"), bundle)
     assert not (tmp_path / "x").exists()
+
+
+def test_inspect_shows_the_plan(tuned) -> None:  # type: ignore[no-untyped-def]
+    bundle, plan = tuned
+    shown = runner.invoke(app, ["inspect", str(bundle.path)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert f"plan for {plan.device}" in shown.output and "verify cost:" in shown.output
+    assert "compiled: cpu flavour" in shown.output
+    assert runner.invoke(app, ["inspect", str(bundle.path), "--json"]).output.count(plan.device) >= 1

@@ -243,3 +243,17 @@ def test_perplexity_gate_fails_without_writing(quantized, monkeypatch: pytest.Mo
     with pytest.raises(ValidationError, match="above max_ppl_increase 10%"):
         quantize_bundle(QuantizeConfig(output=out, method="rtn", max_ppl_increase=10.0, **SMALL), quantized[0])
     assert measured and not out.exists() and not any(tmp_path.iterdir())
+
+
+def test_inspect_shows_precision_quantization_and_quality(quantized) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from specdec.cli.app import app
+
+    _, bundles = quantized
+    shown = CliRunner().invoke(app, ["inspect", str(bundles["rtn"].path)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    graphs = shown.output.split("graphs", 1)[1].split("inputs / outputs", 1)[0]
+    assert "int4/int8 weights (rtn), float32 compute" in graphs  # not the exported dtype alone
+    assert "quantization (MatMulNBits" in shown.output and "asymmetric" in shown.output
+    assert "quantization quality" in shown.output and "perplexity" in shown.output
