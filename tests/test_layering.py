@@ -93,3 +93,30 @@ def test_device_side_imports_only_device_side_code(folder: str, allowed: tuple[s
             if not ok:
                 offenders.append((_rel(path), module))
     assert not offenders
+
+
+def _calls(path: Path, names: set[str]) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in names:
+                found.add(name)
+    return found
+
+
+def test_outputs_are_opened_in_one_place() -> None:
+    """Hidden temporary outputs are made only by pipeline/staging.py (the overwrite and writability rules
+    live there); the device runtime keeps to its own work dir."""
+    offenders = [(_rel(p), sorted(c)) for p in _modules("cli") + _modules("pipeline")
+                 if _rel(p) != "pipeline/staging.py" and "runtime" not in p.parts
+                 and (c := _calls(p, {"mkdtemp", "mkstemp"}))]
+    assert not offenders
+
+
+def test_commands_load_bundles_through_the_verifying_loader() -> None:
+    """`Bundle.load` checks every sha256; the runtime's manifest reader does not, so commands never use it."""
+    offenders = [(_rel(p), m) for p in _modules("cli") for m in _imports(p)
+                 if m.startswith(("specdec.pipeline.runtime.manifest", "specdec.pipeline.runtime.engine"))]
+    assert not offenders
