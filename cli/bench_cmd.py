@@ -12,7 +12,7 @@ from specdec.cli.render import report_outcome
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import Transport
-from specdec.pipeline.runtime.config import VerifyMode
+from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.settings import parse_controllers
 
 
@@ -35,6 +35,14 @@ def bench(
     tree_budget: int = typer.Option(None, "--tree-budget", help="Tree nodes per round (profile's by default)."),
     depth: int = typer.Option(None, help="Tree depth (profile's or scenario's by default)."),
     width: int = typer.Option(None, help="Frontier width (profile's or scenario's by default)."),
+    drafter: DrafterKind = typer.Option(None, "--drafter",
+                                        help="Who drafts: model, lookup (prompt lookup, no model call) or "
+                                             "model+lookup (default: the scenario's or profile's, else model; "
+                                             "lookup on bundles without a draft graph)."),
+    lookup_max_ngram: int = typer.Option(None, "--lookup-max-ngram",
+                                         help="Longest context suffix prompt lookup matches (default 3)."),
+    lookup_min_ngram: int = typer.Option(None, "--lookup-min-ngram",
+                                         help="Shortest context suffix prompt lookup matches (default 1)."),
     threads: int = typer.Option(None, help="onnxruntime threads on the device (profile's by default)."),
     python: str = typer.Option(None, "--python", help="Python on the device (profile's runtime.python)."),
     cooldown: bool = typer.Option(True, "--cooldown/--no-cooldown", help="Wait for the profile's start temperature."),
@@ -50,7 +58,8 @@ def bench(
     config = BenchConfig(output=output, device=device, profile=profile, scenario=scenario, serial=serial,
                          adb_host=adb_host, adb_port=adb_port, prompts=prompts, limit=limit,
                          max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature, mode=mode,
-                         seed=seed, tree_budget=tree_budget, depth=depth, width=width, threads=threads,
+                         seed=seed, tree_budget=tree_budget, depth=depth, width=width, drafter=drafter,
+                         lookup_max_ngram=lookup_max_ngram, lookup_min_ngram=lookup_min_ngram, threads=threads,
                          python=python, cooldown=cooldown, controllers=parse_controllers(controllers),
                          asserts=tuple(assertion or ()), baseline=baseline,
                          max_regression_pct=max_regression, force=force)

@@ -13,21 +13,24 @@ from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate import Generator, decode_settings, host_controllers
 from specdec.pipeline.profiles import load_device, load_scenario
 from specdec.pipeline.prompts import PromptItem, load_prompts, write_jsonl
-from specdec.pipeline.runtime.config import VerifyMode
+from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.runtime.manifest import read_bundle
 from specdec.pipeline.settings import parse_controllers
 
 
 def _stats_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="generation statistics", title_justify="left")
-    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α", "TTFT ms", "total ms", "tok/s", "stop")
+    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α", "model acc/prop", "lookup acc/prop",
+               "TTFT ms", "total ms", "tok/s", "stop")
     for column in columns:
         table.add_column(column, justify="right" if column not in ("prompt", "stop") else "left")
     for prompt_id, s in rows:
         rate = s["new_tokens"] / (s["total_ms"] / 1e3) if s["total_ms"] else 0.0
+        by_source = [f"{s['by_source'][name]['accepted']}/{s['by_source'][name]['proposed']}"
+                     for name in ("model", "lookup")]
         table.add_row(prompt_id, str(s["new_tokens"]), str(s["rounds"]), f"{s['mean_accepted_len']:.2f}",
-                      f"{s['acceptance_rate']:.2f}", f"{s['ttft_ms']:.1f}", f"{s['total_ms']:.1f}", f"{rate:.1f}",
-                      s["stop_reason"])
+                      f"{s['acceptance_rate']:.2f}", *by_source, f"{s['ttft_ms']:.1f}", f"{s['total_ms']:.1f}",
+                      f"{rate:.1f}", s["stop_reason"])
     return table
 
 
@@ -46,6 +49,14 @@ def generate(
                                     help="Tree nodes verified per round, root included (profile's: 16 on local-cpu)."),
     depth: int = typer.Option(None, help="Draft tree depth limit (the scenario's or profile's: 6 on local-cpu)."),
     width: int = typer.Option(None, help="Frontier nodes the draft expands per level (scenario's or profile's: 4)."),
+    drafter: DrafterKind = typer.Option(None, "--drafter",
+                                        help="Who drafts: model, lookup (prompt lookup, no model call) or "
+                                             "model+lookup (default: the scenario's or profile's, else model; "
+                                             "lookup on bundles without a draft graph)."),
+    lookup_max_ngram: int = typer.Option(None, "--lookup-max-ngram",
+                                         help="Longest context suffix prompt lookup matches (default 3)."),
+    lookup_min_ngram: int = typer.Option(None, "--lookup-min-ngram",
+                                         help="Shortest context suffix prompt lookup matches (default 1)."),
     profile: str = typer.Option("local-cpu", "--profile",
                                 help="Device profile for the tree limits and controllers (name or YAML path)."),
     scenario: str = typer.Option(None, "--scenario", help="Prune template: code, chat, creative, knowledge (or YAML)."),
@@ -66,7 +77,9 @@ def generate(
     info = read_bundle(bundle)
     settings = decode_settings(info, {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k,
                                       "top_p": top_p, "seed": seed, "mode": mode, "speculative": not no_speculation,
-                                      "tree_budget": tree_budget, "depth": depth, "width": width}, device, template)
+                                      "tree_budget": tree_budget, "depth": depth, "width": width, "drafter": drafter,
+                                      "lookup_max_ngram": lookup_max_ngram, "lookup_min_ngram": lookup_min_ngram},
+                                    device, template)
     config = settings.config
     for note in settings.notes:
         err.print(f"[yellow]warning[/]: {note}")

@@ -57,7 +57,8 @@ class Generator:
 def decode_settings(info: BundleInfo, options: dict[str, Any], profile: DeviceProfile,
                     scenario: ScenarioProfile | None) -> ResolvedSettings:
     """The settings resolver (pipeline/settings.py) with this bundle's plan and buckets, as bench uses it."""
-    return resolve_decode(options, profile=profile, scenario=scenario, plan=info.plan, buckets=info.buckets)
+    return resolve_decode(options, profile=profile, scenario=scenario, plan=info.plan, buckets=info.buckets,
+                          has_draft="draft" in info.graphs)
 
 
 def host_controllers(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,

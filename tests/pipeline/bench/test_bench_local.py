@@ -30,7 +30,7 @@ def local_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def test_results_json_has_every_figure(local_run) -> None:  # type: ignore[no-untyped-def]
     results = json.loads((local_run.output / "results.json").read_text())
-    assert results["schema"] == "specdec.bench/2" and not results["partial"]
+    assert results["schema"] == "specdec.bench/3" and not results["partial"]
     f = results["figures"]
     for name in ("speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
                  "predicted_speedup", "cost_ratio_r", "fixed_call_ms", "ttft_ms", "peak_memory_mb"):
