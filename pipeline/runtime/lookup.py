@@ -56,10 +56,11 @@ class NgramIndex:
     def extend(self, tokens: list[int]) -> None:
         """Append tokens; each indexes the n-grams that end just before it (it is their continuation)."""
         history, table, low, high = self.tokens, self.table, self.min_n, self.max_n
+        tail = tuple(history[-high:])  # the last max_n tokens: every key is a suffix of it
         for token in tokens:
             end = len(history) - 1
             for n in range(low, min(high, end + 1) + 1):
-                key = tuple(history[end - n + 1: end + 1])
+                key = tail[-n:]
                 nexts = table.get(key)
                 if nexts is None:
                     table[key] = {token: [1, end]}
@@ -72,6 +73,7 @@ class NgramIndex:
                     seen[1] = end
                     nexts[token] = seen
             history.append(token)
+            tail = (*tail[1 - high:], token) if high > 1 else (token,)
 
     def propose(self, depth: int, branches: int) -> list[tuple[int, list[int]]]:
         """Up to `branches` (match length, chain of `depth` tokens) continuing the context, best first.
@@ -183,8 +185,11 @@ class LookupDrafter:
     def graft(self, pool: CandidatePool, plan: RoundPlan) -> None:
         """Lookup chains below the pool's root (the last context token), up to `width` of them,
         each cut where its estimated path acceptance falls below MIN_PATH_PROB."""
+        self.graft_chains(pool, self.index.propose(plan.depth, plan.width))
+
+    def graft_chains(self, pool: CandidatePool, chains: list[tuple[int, list[int]]]) -> None:
         logp = self.acceptance.logp
-        for rank, (n, chain) in enumerate(self.index.propose(plan.depth, plan.width)):
+        for rank, (n, chain) in enumerate(chains):
             cells = self.acceptance.cells(n, rank, len(chain))
             weights = []
             path = 0.0
@@ -200,8 +205,12 @@ class LookupDrafter:
               round_key: int, stats: RoundStats) -> DraftResult:
         clock = StageClock(stats)
         with clock(LOOKUP):
+            chains = self.index.propose(plan.depth, plan.width)
+            if not chains:  # no match: most rounds of text that does not repeat itself
+                tree = DraftTree.root_only(root)
+                return DraftResult(tree, *no_distributions(1))
             pool = CandidatePool(root)
-            self.graft(pool, plan)
+            self.graft_chains(pool, chains)
         with clock(PRUNE):  # the final selection, as with the draft model (tuning reads it there)
             tree = pool.select(plan.budget, sibling_prefix=config.effective_mode is VerifyMode.rrs,
                                chain=config.exact_layout)
@@ -209,7 +218,8 @@ class LookupDrafter:
 
     def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats) -> None:
         with StageClock(stats)(LOOKUP):
-            self.acceptance.observe(result.tree, path)
+            if result.tree.size > 1:
+                self.acceptance.observe(result.tree, path)
             self.index.extend(emitted)
 
     def skip(self, root: int, emitted: list[int], stats: RoundStats) -> None:

@@ -79,6 +79,14 @@ class DraftTree:
     def max_depth(self) -> int:
         return int(self.depths.max())
 
+    @classmethod
+    def root_only(cls, token: int, draft_slot: int = -1) -> DraftTree:
+        """The tree of a round that proposed nothing: the target decodes the root alone."""
+        zero, none = np.zeros(1, np.int64), np.full(1, -1, np.int64)
+        return cls(tokens=np.array([token], np.int64), parents=none, depths=zero, path_logprob=np.zeros(1),
+                   draft_slot=np.array([draft_slot], np.int64), source=zero, selected=zero, rank=zero, origin=zero,
+                   draft_rank=none, lookup_cell=none)
+
     @property
     def point_mass(self) -> np.ndarray:
         """Nodes proposed deterministically (lookup): verify_rrs tests them as point masses."""
@@ -229,11 +237,7 @@ class CandidatePool:
     def _as_tree(self, chosen: list[int]) -> DraftTree:
         nodes = self.nodes
         if len(chosen) == 1:
-            zero = np.zeros(1, np.int64)
-            return DraftTree(tokens=np.array([nodes[0].token], np.int64), parents=np.full(1, -1, np.int64),
-                             depths=zero, path_logprob=np.zeros(1), draft_slot=np.array([nodes[0].draft_slot]),
-                             source=zero, selected=zero, rank=zero, origin=zero, draft_rank=np.full(1, -1, np.int64),
-                             lookup_cell=np.full(1, -1, np.int64))
+            return DraftTree.root_only(nodes[0].token, nodes[0].draft_slot)
         # Proposal-order path from the root (parents are chosen before their children), so
         # depth-major order keeps parents before children and siblings in proposal order.
         keys: dict[int, tuple[int, ...]] = {0: ()}
