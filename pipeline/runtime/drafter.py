@@ -49,7 +49,14 @@ class DraftResult:
 
 def no_distributions(size: int) -> tuple[np.ndarray, np.ndarray]:
     """Distribution rows for nodes nobody drafted from (verify_rrs reads them as empty)."""
+    if size == 1:
+        return _NO_IDS, _NO_LOGPROB
     return np.full((size, 1), -1, np.int64), np.full((size, 1), -np.inf)
+
+
+_NO_IDS, _NO_LOGPROB = np.full((1, 1), -1, np.int64), np.full((1, 1), -np.inf)
+_NO_IDS.setflags(write=False)
+_NO_LOGPROB.setflags(write=False)
 
 
 class Drafter(Protocol):

@@ -215,9 +215,10 @@ class Engine:
         tree = drafted.tree
         stats.tree_size, stats.tree_depth = tree.size, tree.max_depth
         if tree.size == 1:  # nothing proposed (e.g. no lookup match): the target decodes the root alone
-            path, next_token = [0], self._root_step(output, config, rand, stats)
-        else:
-            path, next_token = self._verify_tree(tree, drafted, config, rand, generated, stats)
+            emitted = [self._root_step(output, config, rand, stats)]
+            drafter.commit(drafted, [0], emitted, stats)
+            return emitted  # the stats' defaults describe this round (nothing drafted, one token)
+        path, next_token = self._verify_tree(tree, drafted, config, rand, generated, stats)
         emitted = [int(t) for t in tree.tokens[path[1:]]] + [next_token]
         drafter.commit(drafted, path, emitted, stats)
         stats.accepted_len = len(path)

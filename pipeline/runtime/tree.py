@@ -81,11 +81,13 @@ class DraftTree:
 
     @classmethod
     def root_only(cls, token: int, draft_slot: int = -1) -> DraftTree:
-        """The tree of a round that proposed nothing: the target decodes the root alone."""
-        zero, none = np.zeros(1, np.int64), np.full(1, -1, np.int64)
-        return cls(tokens=np.array([token], np.int64), parents=none, depths=zero, path_logprob=np.zeros(1),
-                   draft_slot=np.array([draft_slot], np.int64), source=zero, selected=zero, rank=zero, origin=zero,
-                   draft_rank=none, lookup_cell=none)
+        """The tree of a round that proposed nothing: the target decodes the root alone.
+
+        Most rounds of prompt lookup look like this, so the constant arrays are shared (read-only).
+        """
+        return cls(tokens=np.array([token], np.int64), parents=_NONE, depths=_ZERO, path_logprob=_ZERO_F,
+                   draft_slot=_NONE if draft_slot < 0 else np.array([draft_slot], np.int64), source=_ZERO,
+                   selected=_ZERO, rank=_ZERO, origin=_ZERO, draft_rank=_NONE, lookup_cell=_NONE)
 
     @property
     def point_mass(self) -> np.ndarray:
@@ -105,6 +107,15 @@ class DraftTree:
         visible = ancestor_matrix(self.parents)
         mask[0, 0, :, past:][visible] = 0
         return mask
+
+
+def _constant(value: float, dtype: type) -> np.ndarray:
+    array: np.ndarray = np.full(1, value, dtype)
+    array.setflags(write=False)
+    return array
+
+
+_ZERO, _NONE, _ZERO_F = _constant(0, np.int64), _constant(-1, np.int64), _constant(0.0, np.float64)
 
 
 def ancestor_matrix(parents: np.ndarray) -> np.ndarray:
