@@ -49,9 +49,25 @@ class NgramIndex:
         self.table: dict[tuple[int, ...], dict[int, list[int]]] = {}
 
     def reset(self, tokens: list[int]) -> None:
-        self.tokens = []
-        self.table = {}
-        self.extend(tokens)
+        """Index a new context (a prompt): one pass per n over C-built n-gram tuples."""
+        history = self.tokens = [int(t) for t in tokens]
+        table: dict[tuple[int, ...], dict[int, list[int]]] = {}
+        self.table = table
+        length = len(history)
+        for n in range(self.min_n, min(self.max_n, length - 1) + 1):
+            keys = zip(*(history[i: length - n + i] for i in range(n)))  # the n-grams that have a next token
+            for end, (key, token) in enumerate(zip(keys, history[n:]), start=n - 1):
+                nexts = table.get(key)
+                if nexts is None:
+                    table[key] = {token: [1, end]}
+                    continue
+                seen = nexts.pop(token, None)
+                if seen is None:
+                    nexts[token] = [1, end]
+                else:
+                    seen[0] += 1
+                    seen[1] = end
+                    nexts[token] = seen
 
     def extend(self, tokens: list[int]) -> None:
         """Append tokens; each indexes the n-grams that end just before it (it is their continuation)."""

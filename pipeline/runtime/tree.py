@@ -257,18 +257,14 @@ class CandidatePool:
             keys[index] = (*keys[parent], nodes[parent].children.index(index))
         order = sorted(chosen, key=lambda i: (nodes[i].depth, keys[i]))
         position = {cand: pos for pos, cand in enumerate(order)}
+        position[-1] = -1
         selected = {cand: index for index, cand in enumerate(chosen)}
-        picked = [nodes[i] for i in order]
-        return DraftTree(
-            tokens=np.array([n.token for n in picked], np.int64),
-            parents=np.array([position[n.parent] if n.parent >= 0 else -1 for n in picked], np.int64),
-            depths=np.array([n.depth for n in picked], np.int64),
-            path_logprob=np.array([n.path_logprob for n in picked], np.float64),
-            draft_slot=np.array([n.draft_slot for n in picked], np.int64),
-            source=np.array(order, np.int64),
-            selected=np.array([selected[i] for i in order], np.int64),
-            rank=np.array([keys[i][-1] if keys[i] else 0 for i in order], np.int64),
-            origin=np.array([n.origin if n.parent >= 0 else 0 for n in picked], np.int64),
-            draft_rank=np.array([n.model_rank for n in picked], np.int64),
-            lookup_cell=np.array([n.lookup_cell for n in picked], np.int64),
-        )
+        # one array for every integer column (a round builds this tree, so allocations count)
+        columns = np.array([(n.token, position[n.parent], n.depth, n.draft_slot, i, selected[i],
+                             keys[i][-1] if keys[i] else 0, n.origin if i else 0, n.model_rank, n.lookup_cell)
+                            for i, n in ((i, nodes[i]) for i in order)], np.int64).T.copy()
+        tokens, parents, depths, draft_slot, source, chosen_at, rank, origin, draft_rank, lookup_cell = columns
+        return DraftTree(tokens=tokens, parents=parents, depths=depths,
+                         path_logprob=np.array([nodes[i].path_logprob for i in order], np.float64),
+                         draft_slot=draft_slot, source=source, selected=chosen_at, rank=rank, origin=origin,
+                         draft_rank=draft_rank, lookup_cell=lookup_cell)
