@@ -14,7 +14,7 @@ from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Task
-from specdec.pipeline.runtime.config import VerifyMode
+from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.settings import parse_controllers
 
 
@@ -37,6 +37,14 @@ def bench(
     tree_budget: int = typer.Option(None, "--tree-budget", help="Tree nodes per round (the plan's by default)."),
     depth: int = typer.Option(None, help="Tree depth (the plan's, scenario's or profile's by default)."),
     width: int = typer.Option(None, help="Frontier width (the plan's, scenario's or profile's by default)."),
+    drafter: DrafterKind = typer.Option(None, "--drafter",
+                                        help="Who drafts: model, lookup (prompt lookup, no model call) or "
+                                             "model+lookup (default: the plan's, scenario's or profile's, else model; "
+                                             "lookup on bundles without a draft graph)."),
+    lookup_max_ngram: int = typer.Option(None, "--lookup-max-ngram",
+                                         help="Longest context suffix prompt lookup matches (default 3)."),
+    lookup_min_ngram: int = typer.Option(None, "--lookup-min-ngram",
+                                         help="Shortest context suffix prompt lookup matches (default 1)."),
     tune: bool = typer.Option(True, "--tune/--no-tune",
                               help="Without a plan for this device in the bundle, measure the device's cost curve "
                                    "and the acceptance first and plan the tree (else: profile/scenario tree)."),
@@ -64,7 +72,8 @@ def bench(
     config = BenchConfig(output=output, device=device, profile=profile, scenario=scenario, serial=serial,
                          adb_host=adb_host, adb_port=adb_port, prompts=prompts, limit=limit,
                          max_new_tokens=max_new_tokens, repeats=repeats, temperature=temperature, mode=mode,
-                         seed=seed, tree_budget=tree_budget, depth=depth, width=width, threads=threads,
+                         seed=seed, tree_budget=tree_budget, depth=depth, width=width, drafter=drafter,
+                         lookup_max_ngram=lookup_max_ngram, lookup_min_ngram=lookup_min_ngram, threads=threads,
                          python=python, runtime=runtime, cooldown=cooldown, tune=tune, calib=calib,
                          exact_layout=exact_layout,
                          controllers=parse_controllers(controllers),

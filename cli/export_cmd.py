@@ -1,4 +1,4 @@
-"""`specdec export TARGET --draft DRAFT -o OUT`."""
+"""`specdec export TARGET [--draft DRAFT | --no-draft] -o OUT`."""
 
 from __future__ import annotations
 
@@ -13,20 +13,25 @@ from specdec.pipeline.export import DType, ExportConfig, export_bundle
 def export(
     target: str = typer.Argument(..., help="Target checkpoint directory, a hub id, or 'demo' for the built-in pair."),
     draft: str = typer.Option(
-        None, "--draft", "-d", help="Draft checkpoint directory (default with 'demo': its draft)."
+        None, "--draft", "-d",
+        help="Draft checkpoint directory (default with 'demo': its draft; otherwise none: a target-only bundle "
+             "that speculates with --drafter lookup).",
     ),
+    no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo')."),
     output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write."),
     opset: int = typer.Option(18, help="ONNX opset."),
     dtype: DType = typer.Option(DType.float32, help="Weight and activation dtype of the graphs."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check ONNX against PyTorch after export."),
 ) -> None:
-    """Export a Hugging Face target + draft to a validated ONNX bundle."""
-    config = ExportConfig(target=target, draft=draft, output=output, opset=opset, dtype=dtype, force=force,
-                          validate=validate)
+    """Export a Hugging Face target (+ draft) to a validated ONNX bundle."""
+    config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
+                          force=force, validate=validate)
     bundle = export_bundle(config, progress=RichProgress())
     report = bundle.manifest.reports.get("export", {}).get("validation")
     if isinstance(report, dict):
         worst = max((c["max_abs_diff"] for r in report.values() for c in r["checks"]), default=0.0)
         err.print(f"[green]validated[/]: ONNX matches PyTorch (max |diff| {worst:.2g})")
+    if "draft" not in bundle.manifest.graphs:
+        err.print("[yellow]target only[/]: no draft graph; speculate with `--drafter lookup`")
     err.print(f"wrote [bold]{bundle.path}[/] — see `specdec inspect {bundle.path}`")

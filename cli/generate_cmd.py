@@ -16,7 +16,7 @@ from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate import Generator, decode_settings, host_controllers
 from specdec.pipeline.profiles import load_device, load_scenario
 from specdec.pipeline.prompts import PromptItem, load_prompts
-from specdec.pipeline.runtime.config import VerifyMode
+from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 from specdec.pipeline.settings import parse_controllers
 from specdec.pipeline.staging import StagedFile
@@ -24,7 +24,8 @@ from specdec.pipeline.staging import StagedFile
 
 def _stats_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     table = Table(title="generation statistics", title_justify="left")
-    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α", "TTFT ms", "total ms", "tok/s", "stop")
+    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α", "model acc/prop", "lookup acc/prop",
+               "TTFT ms", "total ms", "tok/s", "stop")
     for column in columns:
         # prompt ids are what people look for: never cut them, let the numbers wrap their headers instead
         table.add_column(column, justify="right" if column not in ("prompt", "stop") else "left",
@@ -32,9 +33,11 @@ def _stats_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     for prompt_id, s in rows:
         rate = s["new_tokens"] / (s["total_ms"] / 1e3) if s["total_ms"] else 0.0
         speculated = bool(s.get("speculative_rounds"))  # no speculative round: acceptance is undefined, not 0
+        by_source = [f"{s['by_source'][name]['accepted']}/{s['by_source'][name]['proposed']}" if speculated else "—"
+                     for name in ("model", "lookup")]
         table.add_row(escape(prompt_id), str(s["new_tokens"]), str(s["rounds"]),
                       f"{s['mean_accepted_len']:.2f}" if speculated else "—",
-                      f"{s['acceptance_rate']:.2f}" if speculated else "—", f"{s['ttft_ms']:.1f}",
+                      f"{s['acceptance_rate']:.2f}" if speculated else "—", *by_source, f"{s['ttft_ms']:.1f}",
                       f"{s['total_ms']:.1f}", f"{rate:.1f}", s["stop_reason"])
     return table
 
@@ -56,6 +59,14 @@ def generate(
                                          "clamped to a compiled bundle's largest bucket, with a warning)."),
     depth: int = typer.Option(None, help="Draft tree depth limit (the scenario's or profile's: 6 on local-cpu)."),
     width: int = typer.Option(None, help="Frontier nodes the draft expands per level (scenario's or profile's: 4)."),
+    drafter: DrafterKind = typer.Option(None, "--drafter",
+                                        help="Who drafts: model, lookup (prompt lookup, no model call) or "
+                                             "model+lookup (default: the scenario's or profile's, else model; "
+                                             "lookup on bundles without a draft graph)."),
+    lookup_max_ngram: int = typer.Option(None, "--lookup-max-ngram",
+                                         help="Longest context suffix prompt lookup matches (default 3)."),
+    lookup_min_ngram: int = typer.Option(None, "--lookup-min-ngram",
+                                         help="Shortest context suffix prompt lookup matches (default 1)."),
     profile: str = typer.Option("local-cpu", "--profile",
                                 help="Device profile for the tree limits and controllers (name or YAML path)."),
     scenario: str = typer.Option(None, "--scenario", help="Prune template: code, chat, creative, knowledge (or YAML)."),
@@ -91,7 +102,8 @@ def generate(
     settings = decode_settings(loaded.runtime_info(), {
         "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
         "mode": mode, "speculative": False if no_speculation else None, "exact_layout": exact_layout,
-        "tree_budget": tree_budget, "depth": depth, "width": width}, device, template, threads=threads)
+        "tree_budget": tree_budget, "depth": depth, "width": width, "drafter": drafter,
+        "lookup_max_ngram": lookup_max_ngram, "lookup_min_ngram": lookup_min_ngram}, device, template, threads=threads)
     config = settings.config
     for adjustment in settings.notes:
         warn(adjustment)

@@ -116,6 +116,8 @@ def results_table(results: BenchResults) -> Table:
     table.add_row("speedup (measured | predicted)", "", f"{_fmt(f.speedup)} | {_fmt(f.predicted_speedup)}")
     table.add_row("mean accepted length | α", "", f"{_fmt(f.mean_accepted_len)} | {_fmt(f.acceptance_rate)}")
     table.add_row("draft/target cost r | call overhead ms", "", f"{_fmt(f.cost_ratio_r)} | {_fmt(f.fixed_call_ms)}")
+    sources = " | ".join(f"{name} {s.accepted}/{s.proposed}" for name, s in details.by_source.items() if s.proposed)
+    table.add_row(f"drafter {results.config.decode.drafter.value}: accepted/proposed", "", sources or "—")
     lossless = results.lossless
     table.add_row("lossless", "", "identical" if lossless.equal else "not compared" if not lossless.checked
                   else f"{len(lossless.mismatches)} differ")

@@ -70,11 +70,11 @@ class Generator:
 def decode_settings(info: BundleInfo, options: dict[str, Any], profile: DeviceProfile,
                     scenario: ScenarioProfile | None, threads: int = 0) -> ResolvedSettings:
     """The settings resolver (pipeline/settings.py) with this bundle's needs, its plan for this machine (tuned
-    with `specdec tune --device local` at the same thread count) and its buckets, as bench uses it."""
+    with `specdec tune --device local` at the same thread count), its buckets and drafts, as bench uses it."""
     model, abi = LocalDevice.identity()
     plan = info.plan.for_device(device_key("local", model, abi, threads)) if info.plan is not None else None
     return resolve_decode(options, profile=profile, scenario=scenario, plan=plan, buckets=info.buckets,
-                          requirements=bundle_requirements(info.quantization))
+                          requirements=bundle_requirements(info.quantization), has_draft="draft" in info.graphs)
 
 
 def host_controllers(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,

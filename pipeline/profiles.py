@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.models import StrictModel, validate_model
 from specdec.pipeline.records.manifest import GraphFlavour
-from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
+from specdec.pipeline.runtime.config import MAX_LOOKUP_NGRAM, DecodeConfig, DrafterKind, PruneParams
 
 # Tree and prune defaults are DecodeConfig's (the one place they live); a profile or scenario
 # that leaves a field out gets the same value a bare DecodeConfig has.
@@ -128,6 +128,9 @@ class TreeSpec(StrictModel):
     width: int = Field(_DECODE.width, ge=1)  # frontier expanded per level
     max_k: int = Field(_PRUNE.max_k, ge=1)
     max_width: int = Field(16, ge=1)  # articles: 16 / 32
+    # None: DecodeConfig's (model). Where a draft model costs too much per level (small targets
+    # near onnxruntime's per-call floor), `lookup` drafts for free.
+    drafter: DrafterKind | None = None
 
 
 class DeviceProfile(StrictModel):
@@ -166,6 +169,10 @@ class ScenarioProfile(StrictModel):
     rho_max: float = Field(_PRUNE.rho_max, ge=0, le=1)
     depth: int | None = Field(None, ge=1)
     width: int | None = Field(None, ge=1)
+    # Prompt lookup for text that copies from its prompt (code, RAG, summaries): None = not set here.
+    drafter: DrafterKind | None = None
+    lookup_max_ngram: int | None = Field(None, ge=1, le=MAX_LOOKUP_NGRAM)
+    lookup_min_ngram: int | None = Field(None, ge=1, le=MAX_LOOKUP_NGRAM)
     controller: ControllerTargets = Field(default_factory=ControllerTargets)
     kind: Literal["scenario"] = "scenario"
 

@@ -6,8 +6,10 @@ the first layer that gives a value wins:
     options (CLI flags or pipeline YAML) > bundle requirements > device plan > scenario > device profile
     > defaults
 
-then the result is fitted to a compiled bundle: a tree may not exceed the largest target
-bucket, so a larger tree budget is clamped with a note (the same rule for generate and bench).
+then the result is fitted to the bundle: a tree may not exceed the largest target bucket of a
+compiled bundle, so a larger tree budget is clamped with a note, and a bundle without a draft
+graph drafts with prompt lookup unless the user asked for the draft model (then it is an error).
+The same rules hold for generate and bench.
 The resolver records which layer supplied each value (`ResolvedSettings.sources`), and results.json
 and `generate --stats` show it.
 
@@ -28,10 +30,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specdec.pipeline.errors import InputError
+from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
 from specdec.pipeline.records.manifest import BucketTable, Quantization
-from specdec.pipeline.runtime.config import DecodeConfig, PruneParams
+from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 
 log = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ DECODE_KEYS = tuple(f.name for f in dataclasses.fields(DecodeConfig) if f.name !
 SETTING_KEYS = DECODE_KEYS + PRUNE_KEYS
 DEFAULTS = "defaults"
 BUCKETS = "buckets"
+BUNDLE = "bundle"
+OPTIONS = "options"
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,9 @@ class ResolvedSettings:
     sources: dict[str, str]  # setting -> source of the layer that supplied it
     notes: list[str] = field(default_factory=list)  # adjustments the user should hear about
 
-    def describe(self, keys: Sequence[str] = ("tree_budget", "depth", "width", "beta_base", "max_k")) -> str:
-        """`tree_budget 16 (profile local-cpu), depth 7 (scenario code), ...` for people.
+    def describe(self, keys: Sequence[str] = ("drafter", "tree_budget", "depth", "width", "beta_base", "max_k")
+                 ) -> str:
+        """`drafter model (defaults), tree_budget 16 (profile local-cpu), depth 7 (scenario code), ...` for people.
 
         Speculation turned off and the exact layout are named first when a layer chose them.
         """
@@ -72,8 +77,11 @@ class ResolvedSettings:
             keys = ("speculative",)
         if self.config.exact_layout:
             keys = ("exact_layout", *keys)
-        return ", ".join(f"{key} {values[key]:g} ({self.sources[key]})" if isinstance(values[key], float)
-                         else f"{key} {values[key]} ({self.sources[key]})" for key in keys)
+
+        def text(value: Any) -> str:
+            return f"{value:g}" if isinstance(value, float) else str(getattr(value, "value", value))
+
+        return ", ".join(f"{key} {text(values[key])} ({self.sources[key]})" for key in keys)
 
 
 class PlanSettings(Protocol):
@@ -101,7 +109,7 @@ def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
 
 
 def requirements_layer(requirements: Mapping[str, Any] | None) -> Layer | None:
-    return Layer("bundle", requirements) if requirements else None
+    return Layer(BUNDLE, requirements) if requirements else None
 
 
 def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
@@ -109,13 +117,15 @@ def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
         return None
     return Layer(f"scenario {scenario.name}", {
         "entropy_low": scenario.entropy_low, "entropy_high": scenario.entropy_high, "beta_base": scenario.beta_base,
-        "rho_min": scenario.rho_min, "rho_max": scenario.rho_max, "depth": scenario.depth, "width": scenario.width})
+        "rho_min": scenario.rho_min, "rho_max": scenario.rho_max, "depth": scenario.depth, "width": scenario.width,
+        "drafter": scenario.drafter, "lookup_max_ngram": scenario.lookup_max_ngram,
+        "lookup_min_ngram": scenario.lookup_min_ngram})
 
 
 def profile_layer(profile: DeviceProfile) -> Layer:
     tree = profile.tree
     return Layer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth, "width": tree.width,
-                                             "max_k": tree.max_k})
+                                             "max_k": tree.max_k, "drafter": tree.drafter})
 
 
 def defaults_layer() -> Layer:
@@ -135,7 +145,7 @@ def options_from(config: object) -> dict[str, Any]:
 def decode_layers(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
                   plan: PlanSettings | None = None, requirements: Mapping[str, Any] | None = None) -> list[Layer]:
     """The layers in precedence order, highest first."""
-    layers = [Layer("options", options), requirements_layer(requirements), plan_layer(plan),
+    layers = [Layer(OPTIONS, options), requirements_layer(requirements), plan_layer(plan),
               scenario_layer(scenario), profile_layer(profile), defaults_layer()]
     return [layer for layer in layers if layer is not None]
 
@@ -178,10 +188,28 @@ def fit_to_buckets(values: dict[str, Any], sources: dict[str, str], buckets: Buc
     return [note]
 
 
-def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None) -> ResolvedSettings:
-    """Merge `layers` (highest precedence first), fit to `buckets`, validate into a DecodeConfig."""
+def fit_to_drafts(values: dict[str, Any], sources: dict[str, str], has_draft: bool) -> list[str]:
+    """A bundle without a draft graph drafts with lookup; asking for the draft model there is an error."""
+    try:
+        drafter = DrafterKind(values["drafter"])
+    except ValueError:
+        return []  # DecodeConfig names the bad value
+    if has_draft or not values["speculative"] or not drafter.needs_model:
+        return []
+    if sources["drafter"] == OPTIONS:
+        raise BundleError(f"this bundle has no draft graph, so {setting('drafter')} {drafter.value} cannot run",
+                          f"pass {setting('drafter')} lookup (or --no-speculation), or export with --draft")
+    note = f"drafter {drafter.value} ({sources['drafter']}) needs a draft graph this bundle lacks; using lookup"
+    log.info("%s", note)
+    values["drafter"] = DrafterKind.lookup
+    sources["drafter"] = f"{BUNDLE} (no draft graph; {sources['drafter']} said {drafter.value})"
+    return [note]
+
+
+def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None, has_draft: bool = True) -> ResolvedSettings:
+    """Merge `layers` (highest precedence first), fit to the bundle, validate into a DecodeConfig."""
     values, sources = merge(layers)
-    notes = fit_to_buckets(values, sources, buckets)
+    notes = fit_to_buckets(values, sources, buckets) + fit_to_drafts(values, sources, has_draft)
     prune = PruneParams(**{k: values[k] for k in PRUNE_KEYS})
     config = DecodeConfig(**{k: values[k] for k in DECODE_KEYS if k != "prune"}, prune=prune)
     return ResolvedSettings(config, sources, notes)
@@ -189,14 +217,15 @@ def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None) -> Reso
 
 def resolve_decode(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
                    plan: PlanSettings | None = None, buckets: BucketTable | None = None,
-                   requirements: Mapping[str, Any] | None = None) -> ResolvedSettings:
-    """Decode settings for one run: options > bundle > plan > scenario > profile > defaults, fitted to the buckets.
+                   requirements: Mapping[str, Any] | None = None, has_draft: bool = True) -> ResolvedSettings:
+    """Decode settings for one run: options > bundle > plan > scenario > profile > defaults, fitted to the
+    bundle (its buckets, and whether it has a draft graph).
 
     `options` holds what the user set (CLI flags or pipeline YAML) by DecodeConfig/PruneParams
     field name, None for "not set". InputError (naming the setting) when the result is invalid.
     """
     return resolve(decode_layers(options, profile=profile, scenario=scenario, plan=plan, requirements=requirements),
-                   buckets)
+                   buckets, has_draft)
 
 
 # ---- adaptive controllers --------------------------------------------------------------------

@@ -5,9 +5,10 @@ from specdec.custom_ops.block_sparse_verify.reference import (
     SCHEMA,
     Mode,
     block_sparse_verify,
+    rrs_tests,
     sample_token,
     target_probs,
     verify_rrs,
 )
 
-__all__ = ["MODES", "SCHEMA", "Mode", "block_sparse_verify", "sample_token", "target_probs", "verify_rrs"]
+__all__ = ["MODES", "SCHEMA", "Mode", "block_sparse_verify", "rrs_tests", "sample_token", "target_probs", "verify_rrs"]

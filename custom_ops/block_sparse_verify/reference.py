@@ -145,15 +145,28 @@ def verify_rrs(
     temperature: float,
     top_k: int = 0,
     top_p: float = 1.0,
+    draft_rank: np.ndarray | None = None,
+    point_mass: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """Recursive rejection sampling over siblings drawn without replacement (DESIGN §4).
 
     `draft_ids[i], draft_logprob[i]` is the draft's distribution at node i from which node i's
-    children were drawn, in the order they were drawn (the tree order of the children). Sibling
-    j is tested against q_j, the draft distribution with the earlier siblings removed and
-    renormalised: accept with min(1, p(x)/q_j(x)), else p <- norm(max(p - q_j, 0)). When every
-    sibling fails (or a node has none) the next token is drawn from the residual p.
-    `uniforms[i, j]` drives test j at node i; column `children` drives the residual draw.
+    drafted children were drawn. At each node the children are tested in turn against the
+    current residual p (the target's distribution at first); every test is a valid step of
+    recursive rejection sampling, so the emitted token follows the target exactly:
+
+    - drafted children, in draw order (`draft_rank`; default: tree order, every child drafted):
+      child j is tested against q_j, the draft distribution with the earlier draws removed and
+      renormalised: accept with min(1, p(x)/q_j(x)), else p <- norm(max(p - q_j, 0)). Only the
+      unbroken prefix of draws 0, 1, 2, ... present in the tree is tested; a later draw alone
+      has the wrong proposal distribution.
+    - then the deterministic children (`point_mass`, e.g. prompt lookup), in tree order: the
+      proposal is a point mass at x, so the rule becomes accept with p(x), else p <- p with x
+      removed, renormalised. A token that was also drafted and rejected is tested again here:
+      the residual may still hold mass at it.
+
+    When every test fails (or a node has no children) the next token is drawn from the residual.
+    `uniforms[i, j]` drives test j at node i; the column after the last test drives the draw.
     """
     tokens = np.asarray(tree_tokens, np.int64)
     parents = np.asarray(tree_parent, np.int64)
@@ -165,9 +178,10 @@ def verify_rrs(
         q = np.zeros_like(p)
         valid = draft_ids[node] >= 0
         q[draft_ids[node][valid]] = np.exp(draft_logprob[node][valid].astype(np.float64))
-        children = np.flatnonzero(parents == node)
+        drafted, points = _test_order(np.flatnonzero(parents == node), draft_rank, point_mass)
         chosen = -1
-        for slot, child in enumerate(children):
+        slot = 0
+        for child in drafted:
             total = q.sum()
             if total <= 0:
                 break
@@ -176,13 +190,53 @@ def verify_rrs(
             if uniforms[node, slot] * q_j[x] < p[x]:
                 chosen = int(child)
                 break
+            slot += 1
             residual = np.maximum(p - q_j, 0.0)
             if residual.sum() > 0:  # p == q_j exactly would have accepted; guard rounding
                 p = residual / residual.sum()
             q[x] = 0.0
         if chosen < 0:
-            next_token = sample_token(p, uniforms[node, len(children)])
+            for child in points:
+                x = tokens[child]
+                if uniforms[node, slot] < p[x]:
+                    chosen = int(child)
+                    break
+                slot += 1
+                rest = p.sum() - p[x]
+                if rest > 0:  # p(x) == 1 always accepts; guard rounding
+                    p[x] = 0.0
+                    p /= rest
+        if chosen < 0:
+            next_token = sample_token(p, uniforms[node, slot])
             accepted = np.full(len(tokens), -1, np.int64)
             accepted[: len(path)] = path
             return accepted, len(path), next_token
         path.append(chosen)
+
+
+def rrs_tests(tree_parent: np.ndarray, draft_rank: np.ndarray | None = None,
+              point_mass: np.ndarray | None = None) -> int:
+    """Uniform columns verify_rrs may use at a node of this tree: its tests plus the residual draw."""
+    parents = np.asarray(tree_parent, np.int64)
+    children = parents[1:]
+    if children.size == 0:
+        return 1
+    drafted = children if draft_rank is None else children[np.asarray(draft_rank)[1:] >= 0]
+    counts = np.bincount(drafted, minlength=parents.size)
+    if point_mass is not None:
+        counts += np.bincount(children[np.asarray(point_mass, bool)[1:]], minlength=parents.size)
+    return int(counts.max()) + 1
+
+
+def _test_order(children: np.ndarray, draft_rank: np.ndarray | None,
+                point_mass: np.ndarray | None) -> tuple[list[int], list[int]]:
+    """(drafted children in draw order, the unbroken prefix only; point-mass children in tree order)."""
+    if draft_rank is None:
+        drafted = children.tolist()
+    else:
+        by_rank = {int(draft_rank[c]): int(c) for c in children if draft_rank[c] >= 0}
+        drafted = []
+        while len(drafted) in by_rank:
+            drafted.append(by_rank[len(drafted)])
+    points = [int(c) for c in children if point_mass is not None and point_mass[c]]
+    return drafted, points

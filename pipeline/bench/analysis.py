@@ -25,12 +25,13 @@ from specdec.pipeline.records.results import (
     Padding,
     Percentiles,
     RoundCounts,
+    SourceStats,
 )
-from specdec.pipeline.runtime.stats import STAGES, VERIFY
+from specdec.pipeline.runtime.stats import SOURCES, STAGES, VERIFY
 
 # Figures a CI gate can name, with the direction that counts as better.
 HIGHER_IS_BETTER = {"speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
-                    "predicted_speedup", "latency_gain_ms"}
+                    "predicted_speedup", "latency_gain_ms", "model_acceptance", "lookup_acceptance"}
 LOWER_IS_BETTER = {"ttft_ms", "reply_ms", "energy_per_token_mj", "peak_memory_mb", "mean_power_mw", "peak_temp_c",
                    "verify_p50_ms"}
 
@@ -79,6 +80,19 @@ def _stage_ns(round_event: dict[str, Any], stage: str) -> int:
     return sum(duration for name, _start, duration in round_event["slices"] if name == stage)
 
 
+def by_source(rounds: list[dict[str, Any]]) -> dict[str, SourceStats]:
+    """Proposed / accepted tree nodes per drafting source over speculative rounds (runner `by_source`)."""
+    result = {}
+    for source in SOURCES:
+        counts = [r.get("by_source", {}).get(source, {"proposed": 0, "accepted": 0}) for r in rounds]
+        proposed = sum(c["proposed"] for c in counts)
+        accepted = sum(c["accepted"] for c in counts)
+        result[source] = SourceStats(proposed=proposed, accepted=accepted,
+                                     rounds=sum(1 for c in counts if c["proposed"]),
+                                     acceptance=accepted / proposed if proposed else None)
+    return result
+
+
 def _energy(sensors: SensorLog | None, windows: dict[str, list[tuple[int, int]]], tokens: dict[str, int],
             unavailable: dict[str, str]) -> tuple[ModeValues, float | None]:
     if sensors is None:
@@ -121,6 +135,9 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
     draft_calls = sum(r["draft_calls"] for r in spec_rounds)
     draft_ms = sum(_ms(_stage_ns(r, "Draft_Generate")) for r in spec_rounds)
     cost_ratio = (draft_ms / draft_calls) / plain_step_ms.mean if draft_calls and plain_step_ms else None
+    if spec_rounds and not draft_calls:
+        unavailable["cost_ratio_r"] = "no draft model call was made (prompt lookup drafts without one)"
+    sources = by_source(spec_rounds)
     fixed, per_node = _fixed_cost(spec_rounds, plain_rounds)
     gamma = statistics.fmean(r["tree_depth"] for r in spec_rounds) if spec_rounds else 0.0
     predicted = predicted_speedup(alpha, gamma, cost_ratio) if alpha is not None and cost_ratio else None
@@ -156,6 +173,8 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
         reply_ms=reply_ms["speculative"],
         mean_accepted_len=statistics.fmean(accepted) if accepted else None,
         acceptance_rate=alpha,
+        model_acceptance=sources["model"].acceptance,
+        lookup_acceptance=sources["lookup"].acceptance,
         predicted_speedup=predicted, analytic_speedup=predicted,
         cost_ratio_r=cost_ratio,
         fixed_call_ms=fixed,
@@ -174,6 +193,7 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
         tokens=ModeCounts(**tokens), decode_seconds=ModeValues(**seconds), reply_ms=ModeValues(**reply_ms),
         ttft_ms=ModePercentiles(**ttft), stage_latency_ms=stage_ms, plain_step_ms=plain_step_ms,
         accepted_len_histogram=dict(sorted(Counter(accepted).items())),
+        by_source=sources,
         rounds=RoundCounts(speculative=len(spec_rounds), plain=len(plain_rounds),
                            fallback=sum(1 for r in rounds if r["mode"] == "speculative" and r["kind"] == "plain")),
         energy_per_token_mj=energy,

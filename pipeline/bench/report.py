@@ -26,6 +26,19 @@ def why_formula_differs(results: BenchResults) -> str:
             f"`specdec tune` measures this device's cost curve and explains the difference term by term.")
 
 
+def _drafter_line(results: BenchResults) -> str:
+    """`Drafter model+lookup: model 402 of 812 nodes accepted (49.5 %), lookup 88 of 120 (73.3 %) in 40 rounds.`"""
+    decode = results.config.decode
+    parts = []
+    for name, stats in results.details.by_source.items():
+        if stats.proposed:
+            share = f" ({stats.acceptance:.1%})" if stats.acceptance is not None else ""
+            parts.append(f"{name} {stats.accepted} of {stats.proposed} nodes accepted{share} in {stats.rounds} rounds")
+    lookup = (f", n-grams {decode.lookup_min_ngram}–{decode.lookup_max_ngram}"
+              if decode.drafter.uses_lookup else "")
+    return f"Drafter `{decode.drafter.value}`{lookup}: " + ("; ".join(parts) or "nothing proposed") + "."
+
+
 def summary_markdown(results: BenchResults) -> str:
     f = results.figures
     device = results.device
@@ -59,6 +72,7 @@ def summary_markdown(results: BenchResults) -> str:
         f"Mean accepted length {_fmt(f.mean_accepted_len)} tokens/round; fixed cost per target call "
         f"{_fmt(f.fixed_call_ms)} ms + {_fmt(f.per_node_ms)} ms per tree node. Lossless: {verdict}.",
     ]
+    lines.append(_drafter_line(results))
     plan = results.plan
     if plan is not None:
         c = plan.choice

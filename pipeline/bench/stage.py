@@ -29,7 +29,7 @@ from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.plan import DevicePlan, device_key
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
-from specdec.pipeline.runtime.config import VerifyMode
+from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
     ResolvedSettings,
@@ -65,6 +65,9 @@ class BenchConfig:
     tree_budget: int | None = None  # None: the plan's, scenario's or profile's (pipeline/settings.py)
     depth: int | None = None
     width: int | None = None
+    drafter: DrafterKind | None = None  # None: the scenario's or profile's, else model
+    lookup_max_ngram: int | None = None
+    lookup_min_ngram: int | None = None
     threads: int | None = None
     python: str | None = None
     runtime: RuntimeKind | None = None  # None: the profile's runtime.use
@@ -110,7 +113,7 @@ def decode_settings(config: BenchConfig, profile: profiles.DeviceProfile, bundle
     """The decoding settings sent to the device, validated here so errors surface before any push."""
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
     return resolve_decode(options_from(config), profile=profile, scenario=scenario, plan=plan,
-                          buckets=bundle.manifest.buckets,
+                          buckets=bundle.manifest.buckets, has_draft="draft" in bundle.manifest.graphs,
                           requirements=bundle_requirements(bundle.manifest.quantization))
 
 

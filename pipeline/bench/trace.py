@@ -1,8 +1,9 @@
 """Chrome trace-event JSON of a bench run (opens in ui.perfetto.dev and chrome://tracing).
 
-One process per decoding mode; each stage of DESIGN §6 gets its own thread track with complete
-("X") slices; counters ("C") carry power, temperature and accepted length; controller decisions
-and thermal transitions are instant ("i") events with their reason.
+One process per decoding mode; each stage of DESIGN §6 (and prompt lookup's `Lookup`) gets its
+own thread track with complete ("X") slices; counters ("C") carry power, temperature, accepted
+length and the accepted nodes per drafting source; controller decisions and thermal transitions
+are instant ("i") events with their reason.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ def build_trace(events: list[dict[str, Any]], sensors: SensorLog | None,
                 end = max(b + d for _, b, d in event["slices"])
                 trace.append({"ph": "C", "name": "accepted_len", "pid": _COUNTER_PID, "ts": _us(end, origin),
                               "args": {"accepted_len": event["accepted_len"]}})
+                if "by_source" in event:
+                    trace.append({"ph": "C", "name": "accepted_by_source", "pid": _COUNTER_PID,
+                                  "ts": _us(end, origin),
+                                  "args": {name: c["accepted"] for name, c in event["by_source"].items()}})
             for decision in event.get("events", []):
                 trace.append({"ph": "i", "s": "g", "name": decision.get("controller", "controller"),
                               "pid": pid, "tid": tids["Prune_Controller"], "ts": _us(int(decision["ts_ns"]), origin)

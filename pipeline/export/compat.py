@@ -17,7 +17,7 @@ _SPECIAL_ATTRS = ("bos_token", "eos_token", "pad_token", "unk_token")
 class PairReport:
     tokenizer_size: int
     target_vocab: int
-    draft_vocab: int
+    draft_vocab: int | None  # None: a target-only export
     warnings: tuple[str, ...]
 
 
@@ -29,6 +29,21 @@ def _first_differences(left: dict[str, int], right: dict[str, int], limit: int =
             if len(diffs) == limit:
                 break
     return "; ".join(diffs)
+
+
+def check_target(target_tokenizer: Any, target_vocab: int) -> PairReport:
+    """A target exported alone (no draft): its output rows must cover the tokenizer."""
+    size = len(target_tokenizer)
+    _check_covers(size, "target", target_vocab)
+    return PairReport(size, target_vocab, None, ())
+
+
+def _check_covers(size: int, role: str, vocab: int) -> None:
+    if vocab < size:
+        raise CompatibilityError(
+            f"the {role} has {vocab} output rows but the tokenizer has {size} tokens",
+            f"the {role} cannot produce every token; use a checkpoint whose vocab_size covers the tokenizer",
+        )
 
 
 def check_pair(target_tokenizer: Any, draft_tokenizer: Any, target_vocab: int, draft_vocab: int) -> PairReport:
@@ -55,11 +70,7 @@ def check_pair(target_tokenizer: Any, draft_tokenizer: Any, target_vocab: int, d
     size = len(target_tokenizer)
     warnings: list[str] = []
     for role, vocab in (("target", target_vocab), ("draft", draft_vocab)):
-        if vocab < size:
-            raise CompatibilityError(
-                f"the {role} has {vocab} output rows but the tokenizer has {size} tokens",
-                f"the {role} cannot produce every token; use a checkpoint whose vocab_size covers the tokenizer",
-            )
+        _check_covers(size, role, vocab)
     if target_vocab != draft_vocab:
         note = (
             f"vocab sizes differ (target {target_vocab}, draft {draft_vocab}) only in padding rows "

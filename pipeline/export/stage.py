@@ -1,4 +1,9 @@
-"""`specdec export`: Hugging Face target + draft -> a validated ONNX bundle."""
+"""`specdec export`: Hugging Face target + draft -> a validated ONNX bundle.
+
+Without a draft (no `--draft` for a checkpoint, `--no-draft` for the demo) the bundle holds the
+target graph only: `manifest.graphs` has no `draft`, `reports.export.draft` says why, and the
+bundle speculates with prompt lookup (`--drafter lookup`) or decodes plainly.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ from typing import Any
 from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec, check_output_path
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
-from specdec.pipeline.export.compat import PairReport, check_pair
+from specdec.pipeline.export.compat import PairReport, check_pair, check_target
 from specdec.pipeline.export.torch_graph import export_onnx
 from specdec.pipeline.export.validate import enforce, validate_graph
 from specdec.pipeline.graph_io import describe_io
@@ -21,6 +26,7 @@ from specdec.pipeline.progress import Progress, SilentProgress
 log = logging.getLogger(__name__)
 
 ROLES = ("target", "draft")
+TARGET_ONLY = "none: a target-only bundle; it speculates with --drafter lookup (prompt lookup) or decodes plainly"
 
 
 class DType(str, enum.Enum):
@@ -32,25 +38,34 @@ class DType(str, enum.Enum):
 class ExportConfig:
     target: str
     output: Path
-    draft: str | None = None
+    draft: str | None = None  # None: the demo's draft for 'demo', else no draft (a target-only bundle)
+    no_draft: bool = False  # export the target alone, also for 'demo'
     opset: int = 18
     dtype: DType = DType.float32
     force: bool = False
     validate: bool = True
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.no_draft and self.draft is not None:
+            raise InputError(f"{setting('draft')} and {setting('no_draft')} contradict each other",
+                             f"drop {setting('no_draft')} to export the pair, "
+                             f"or {setting('draft')} for the target alone")
+
+    @property
+    def target_only(self) -> bool:
+        return self.no_draft or (self.draft is None and self.target != ckpt.DEMO_NAME)
+
     def sources(self) -> dict[str, str]:
-        draft = self.draft
-        if draft is None:
-            if self.target != ckpt.DEMO_NAME:
-                raise InputError("export needs a draft model", f"pass {setting('draft')} DRAFT_DIR (or export 'demo')")
-            draft = ckpt.DEMO_NAME
-        return {"target": self.target, "draft": draft}
+        if self.target_only:
+            return {"target": self.target}
+        return {"target": self.target, "draft": self.draft or ckpt.DEMO_NAME}
 
     def record(self) -> dict[str, Any]:
         """What the lineage stores: everything that changes the output, nothing that does not."""
-        return {"sources": self.sources(), "opset": self.opset, "dtype": self.dtype.value,
-                "validate": self.validate, "seed": self.seed}
+        record = {"sources": self.sources(), "opset": self.opset, "dtype": self.dtype.value,
+                  "validate": self.validate, "seed": self.seed}
+        return record | {"target_only": True} if self.target_only else record
 
     @functools.cached_property
     def input_digests(self) -> dict[str, str]:
@@ -82,6 +97,8 @@ def _check_pair_before_export(config: ExportConfig) -> tuple[dict[str, ckpt.Chec
     light = {role: ckpt.load_checkpoint(spec, role, config.dtype.value, with_model=False)
              for role, spec in config.sources().items()}
     geometry = {role: c.architecture.geometry(c.config) for role, c in light.items()}
+    if "draft" not in light:
+        return light, check_target(light["target"].tokenizer, geometry["target"].vocab_size)
     report = check_pair(light["target"].tokenizer, light["draft"].tokenizer,
                         geometry["target"].vocab_size, geometry["draft"].vocab_size)
     return light, report
@@ -97,7 +114,7 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
     graphs: dict[str, GraphSpec] = {}
     validation: dict[str, Any] = {}
     with BundleWriter(config.output, force=config.force) as writer:
-        for role in ROLES:
+        for role in (r for r in ROLES if r in light):
             source = light[role]
             with progress.task(f"loading {role} {Path(source.source).name}"):
                 model = ckpt.load_model(source.source, role, source.config, config.dtype.value)
@@ -133,6 +150,7 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
             graphs=graphs,
             tokenizer=_tokenizer_spec(target.tokenizer, generation_eos),
             reports={"export": {"validation": validation if config.validate else "skipped (--no-validate)",
-                                "warnings": list(pair.warnings)}},
+                                "warnings": list(pair.warnings),
+                                **({"draft": TARGET_ONLY} if config.target_only else {})}},
         )
         return writer.finish(manifest, stage="export", config=config.record(), inputs=config.input_digests)

@@ -10,6 +10,11 @@ Schema history:
   settings layer supplied each value (options, plan, scenario, profile, defaults, buckets);
   empty latency tables are null instead of {}; `device` adds `extra` (probe notes).
   `figures` did not change, so a `specdec.bench/1` file still serves as a `--baseline`.
+- `specdec.bench/3`: drafters (issue 17). `config.decode` adds `drafter`, `lookup_max_ngram`
+  and `lookup_min_ngram`; `figures` adds `model_acceptance` and `lookup_acceptance` (accepted /
+  proposed tree nodes of each source); `details` adds `by_source` (per source: nodes proposed,
+  accepted, and rounds it proposed in) and `stage_latency_ms` a `Lookup` stage. Older files
+  still serve as a `--baseline` (their figures lack the new ones).
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ from specdec.pipeline.records.device import CooldownResult, DeviceInfo, ThermalS
 from specdec.pipeline.records.plan import DevicePlan, PlanChoice, TuneRequest
 from specdec.pipeline.runtime.config import DecodeConfig
 
-RESULTS_SCHEMA = "specdec.bench/2"
+RESULTS_SCHEMA = "specdec.bench/3"
 # Earlier schemas whose `figures` are still readable (for --baseline).
-FIGURES_COMPATIBLE = ("specdec.bench/1", RESULTS_SCHEMA)
+FIGURES_COMPATIBLE = ("specdec.bench/1", "specdec.bench/2", RESULTS_SCHEMA)
 
 
 # ---- host -> device ----------------------------------------------------------------------------
@@ -77,6 +82,8 @@ class Figures:
     reply_ms: float | None = None
     mean_accepted_len: float | None = None
     acceptance_rate: float | None = None
+    model_acceptance: float | None = None  # accepted / proposed tree nodes the draft model proposed
+    lookup_acceptance: float | None = None  # the same for prompt lookup's nodes
     predicted_speedup: float | None = None  # the plan's cost model where a plan ran, else the chain formula
     analytic_speedup: float | None = None  # S = (1 - a^(g+1)) / ((1 - a)(1 + g r)): assumes verify costs one step
     cost_ratio_r: float | None = None
@@ -138,6 +145,16 @@ class RoundCounts:
 
 
 @dataclass
+class SourceStats:
+    """One drafting source over the speculative rounds (a node both proposed counts for both)."""
+
+    proposed: int  # tree nodes verified, root excluded
+    accepted: int
+    rounds: int  # rounds in which it proposed at least one node
+    acceptance: float | None  # accepted / proposed
+
+
+@dataclass
 class Padding:
     rows_padded: int
     rows_computed: int
@@ -153,6 +170,7 @@ class Details:
     stage_latency_ms: dict[str, Percentiles | None]  # per trace stage, over speculative rounds
     plain_step_ms: Percentiles | None
     accepted_len_histogram: dict[int, int]  # tokens emitted per round -> rounds
+    by_source: dict[str, SourceStats]  # "model", "lookup"
     rounds: RoundCounts
     energy_per_token_mj: ModeValues
     padding: dict[str, Padding]  # compiled bundles: rows computed for nothing, per role

@@ -19,6 +19,25 @@ class VerifyMode(str, enum.Enum):
     rrs = "rrs"
 
 
+class DrafterKind(str, enum.Enum):
+    """Who proposes a round's token tree (runtime/drafter.py); verification is the same for all."""
+
+    model = "model"  # the bundle's draft graph
+    lookup = "lookup"  # prompt lookup: copies what followed earlier occurrences of the context's suffix
+    model_lookup = "model+lookup"  # lookup chains grafted into the draft model's tree
+
+    @property
+    def needs_model(self) -> bool:
+        return self is not DrafterKind.lookup
+
+    @property
+    def uses_lookup(self) -> bool:
+        return self is not DrafterKind.model
+
+
+MAX_LOOKUP_NGRAM = 8  # longer suffixes almost never match where a shorter one did not
+
+
 @dataclass(frozen=True)
 class PruneParams:
     """DynamicTreePrune scalars (articles: beta_base 0.3, entropy band 0.8 / 2.5 nats)."""
@@ -44,6 +63,10 @@ class DecodeConfig:
     depth: int = 6  # draft levels per round
     width: int = 4  # frontier nodes expanded per level
     prune: PruneParams = field(default_factory=PruneParams)
+    drafter: DrafterKind = DrafterKind.model
+    # Prompt lookup matches the context's last n tokens for n = max ... min (longest first).
+    lookup_max_ngram: int = 3
+    lookup_min_ngram: int = 1
     # Bitwise-exact layout: every target call has at least two rows (plain steps get a pad row)
     # and trees are chains, so each token is computed by the same kernels on the same data
     # whether it is decoded alone or verified in a round (see runtime/invariance.py).
@@ -56,6 +79,12 @@ class DecodeConfig:
             except ValueError:
                 raise InputError(f"unknown mode '{self.mode}'",
                                  f"use one of: {', '.join(m.value for m in VerifyMode)}") from None
+        if not isinstance(self.drafter, DrafterKind):
+            try:
+                object.__setattr__(self, "drafter", DrafterKind(self.drafter))
+            except ValueError:
+                raise InputError(f"unknown {setting('drafter')} '{self.drafter}'",
+                                 f"use one of: {', '.join(k.value for k in DrafterKind)}") from None
         fix_it = "fix the setting and run again"
         mode, temperature = setting("mode"), setting("temperature")
         problems = [
@@ -67,6 +96,9 @@ class DecodeConfig:
             (self.depth < 1, f"{setting('depth')} must be at least 1", fix_it),
             (self.width < 1, f"{setting('width')} must be at least 1", fix_it),
             (self.prune.max_k < 1, f"{setting('max_k')} must be at least 1", fix_it),
+            (not 1 <= self.lookup_min_ngram <= self.lookup_max_ngram <= MAX_LOOKUP_NGRAM,
+             f"lookup n-gram lengths need 1 <= {setting('lookup_min_ngram')} <= {setting('lookup_max_ngram')} "
+             f"<= {MAX_LOOKUP_NGRAM} (got {self.lookup_min_ngram} and {self.lookup_max_ngram})", fix_it),
             (self.mode is VerifyMode.greedy and self.temperature > 0,
              f"{mode} greedy needs {temperature} 0", f"use {mode} match or rrs to sample"),
         ]

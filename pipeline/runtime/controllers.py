@@ -117,7 +117,11 @@ class WidthController(Controller):
 
 
 class HardFallback(Controller):
-    """After K rounds in a row with nothing accepted, decode plainly for a while, then retry."""
+    """After K rounds in a row with nothing accepted, decode plainly for a while, then retry.
+
+    A round that proposed nothing (a prompt-lookup miss: the target decoded the root alone, at a
+    plain step's cost) neither counts as a miss nor breaks a run of misses.
+    """
 
     name = "fallback"
 
@@ -136,7 +140,7 @@ class HardFallback(Controller):
         return plan
 
     def observe(self, stats: RoundStats) -> None:
-        if stats.kind != "speculative":
+        if stats.kind != "speculative" or stats.tree_size <= 1:
             return
         self.misses = self.misses + 1 if stats.accepted_drafts == 0 else 0
         if self.misses >= self.after:

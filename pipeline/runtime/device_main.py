@@ -69,6 +69,8 @@ class EventLog:
                 "kind": stats.kind, "tree_size": stats.tree_size, "tree_depth": stats.tree_depth,
                 "accepted_len": stats.accepted_len, "draft_calls": stats.draft_calls, "bytes_out": stats.bytes_out,
                 "wall_ns": stats.wall_ns,
+                "by_source": {"model": {"proposed": stats.proposed_model, "accepted": stats.accepted_model},
+                              "lookup": {"proposed": stats.proposed_lookup, "accepted": stats.accepted_lookup}},
                 "slices": [[s.stage, self.clock.epoch(s.start_ns), s.duration_ns] for s in stats.slices],
                 "events": stats.events,
             })

@@ -1,9 +1,10 @@
 """The decoding engine: plain target decoding and tree speculative decoding (DESIGN §5).
 
 Imports only numpy, onnxruntime and the standard library (through the runtime modules), so
-the same code runs on the phone. A round: the draft expands a tree, the target verifies every
-node in one forward with the tree mask, BlockSparseVerify picks the accepted path, both caches
-keep exactly that path, and the target's own next token becomes the next round's root.
+the same code runs on the phone. A round: the drafter proposes a tree (the draft model, prompt
+lookup or both: runtime/drafter.py), the target verifies every node in one forward with the tree
+mask, BlockSparseVerify picks the accepted path, the caches keep exactly that path, and the
+target's own next token becomes the next round's root.
 """
 
 from __future__ import annotations
@@ -16,19 +17,44 @@ from typing import Protocol
 
 import numpy as np
 
-from specdec.custom_ops.block_sparse_verify import Mode, block_sparse_verify, sample_token, target_probs, verify_rrs
-from specdec.pipeline.errors import BundleError, GenerationError
+from specdec.custom_ops.block_sparse_verify import (
+    Mode,
+    block_sparse_verify,
+    rrs_tests,
+    sample_token,
+    target_probs,
+    verify_rrs,
+)
+from specdec.pipeline.errors import BundleError, GenerationError, setting
 from specdec.pipeline.records.manifest import GraphFlavour
-from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
+from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.lookup import LookupDrafter, ModelLookupDrafter
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
+from specdec.pipeline.runtime.model_drafter import ModelDrafter
 from specdec.pipeline.runtime.rng import Randomness, Stream
 from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.runtime.stats import ACCEPT, COMMIT, VERIFY, Reply, RoundStats, StageClock
-from specdec.pipeline.runtime.tree import DraftTree, ancestor_matrix
+from specdec.pipeline.runtime.tree import LOOKUP, MODEL, DraftTree, ancestor_matrix
 
 TokenSink = Callable[[list[int]], None]
+
+
+def _draft_model(model: ModelDrafter | None, config: DecodeConfig) -> ModelDrafter:
+    if model is None:
+        raise BundleError(f"this bundle has no draft graph, so {setting('drafter')} {config.drafter.value} cannot run",
+                          f"pass {setting('drafter')} lookup (or --no-speculation), or export with --draft")
+    return model
+
+
+# DecodeConfig.drafter -> the reply's drafter, from the bundle's draft model (None without a draft graph)
+DRAFTERS: dict[DrafterKind, Callable[[ModelDrafter | None, DecodeConfig], Drafter]] = {
+    DrafterKind.model: _draft_model,
+    DrafterKind.lookup: lambda model, config: LookupDrafter.from_config(config),
+    DrafterKind.model_lookup: lambda model, config: ModelLookupDrafter(_draft_model(model, config),
+                                                                       LookupDrafter.from_config(config)),
+}
 
 
 class RoundController(Protocol):
@@ -64,8 +90,11 @@ class Engine:
         self.target = make_runner(self.info.graphs["target"], self.info, options)
         self.vocab = self.info.graphs["target"].vocab_size
         draft = self.info.graphs.get("draft")
+        # The draft model's drafter (None without a draft graph); DecodeConfig.drafter says how a
+        # reply uses it (drafter_for).
         draft_options = dataclasses.replace(options, threads=options.draft_threads)
-        self.drafter = Drafter(make_runner(draft, self.info, draft_options), self.vocab) if draft is not None else None
+        self.drafter = (ModelDrafter(make_runner(draft, self.info, draft_options), self.vocab)
+                        if draft is not None else None)
         self.eos = set(self.info.eos_token_ids)
         self.max_context = min(self.target.max_context, self.drafter.runner.max_context if self.drafter else 1 << 62)
 
@@ -92,14 +121,15 @@ class Engine:
                                   "tokenize with the bundle's tokenizer")
         return ids
 
+    def drafter_for(self, config: DecodeConfig) -> Drafter:
+        """The drafter `config.drafter` names; BundleError if it needs a draft graph this bundle lacks."""
+        return DRAFTERS[config.drafter](self.drafter, config)
+
     # -- public API ------------------------------------------------------------------------
     def generate(self, prompt: Sequence[int], config: DecodeConfig, on_tokens: TokenSink | None = None,
                  controller: RoundController | None = None) -> Reply:
         ids = self.check_prompt(prompt)
-        speculative = config.speculative
-        if speculative and self.drafter is None:
-            raise BundleError("this bundle has no draft graph, so it cannot decode speculatively",
-                              "pass --no-speculation, or export with --draft")
+        drafter = self.drafter_for(config) if config.speculative else None
         rand = Randomness(config.seed)
         start = time.perf_counter_ns()
         target = self.target
@@ -114,18 +144,19 @@ class Engine:
         if on_tokens:
             on_tokens(list(output))
         rounds: list[RoundStats] = []
-        if self.drafter is not None and speculative:
-            self.drafter.reset(ids)
+        if drafter is not None:
+            drafter.reset(ids, output[0])
         stop = self._stop_reason(output, config)
         while stop is None:
             round_start = time.perf_counter_ns()
             stats = RoundStats(index=len(rounds), kind="plain")
-            plan = self._plan(output, config, controller) if speculative else None
+            plan = self._plan(drafter, output, config, controller) if drafter is not None else None
             if plan is None:
-                emitted = self._plain_step(output, config, rand, stats)
+                emitted = self._plain_step(drafter, output, config, rand, stats)
             else:
+                assert drafter is not None
                 stats.kind = "speculative"
-                emitted = self._speculative_round(output, config, rand, plan, stats)
+                emitted = self._speculative_round(drafter, output, config, rand, plan, stats)
             stats.wall_ns = time.perf_counter_ns() - round_start
             if controller is not None:
                 controller.observe(stats)
@@ -138,7 +169,8 @@ class Engine:
         return Reply(ids, output, stop, ttft_ns, time.perf_counter_ns() - start, prefill_ns, rounds)
 
     # -- rounds ----------------------------------------------------------------------------
-    def _plan(self, output: list[int], config: DecodeConfig, controller: RoundController | None) -> RoundPlan | None:
+    def _plan(self, drafter: Drafter, output: list[int], config: DecodeConfig,
+              controller: RoundController | None) -> RoundPlan | None:
         room = self.max_context - self.target.length  # slots left for the root and its drafts
         remaining = config.max_new_tokens - len(output)
         plan = RoundPlan(budget=min(config.tree_budget, room), depth=min(config.depth, remaining - 1, room - 1),
@@ -149,17 +181,20 @@ class Engine:
                 return None
             plan = RoundPlan(min(adjusted.budget, plan.budget), min(adjusted.depth, plan.depth), adjusted.width,
                              adjusted.beta_base)
-        if self.drafter is not None:
-            # the draft feeds pending + root, then at most `width` nodes per further level
-            draft = self.drafter.runner
-            draft_room = draft.max_context - draft.length - len(self.drafter.pending) - 1
-            depth = min(plan.depth, 1 + draft_room // max(plan.width, 1)) if draft_room >= 0 else 0
-            plan = RoundPlan(plan.budget, depth, plan.width, plan.beta_base)
+        plan = drafter.fit(plan)
         if plan.depth < 1 or plan.budget < 2:
             return None
         return plan
 
-    def _plain_step(self, output: list[int], config: DecodeConfig, rand: Randomness, stats: RoundStats) -> list[int]:
+    def _plain_step(self, drafter: Drafter | None, output: list[int], config: DecodeConfig, rand: Randomness,
+                    stats: RoundStats) -> list[int]:
+        token = self._root_step(output, config, rand, stats)
+        if drafter is not None:
+            drafter.skip(output[-1], [token], stats)
+        return [token]
+
+    def _root_step(self, output: list[int], config: DecodeConfig, rand: Randomness, stats: RoundStats) -> int:
+        """One target call on the root alone, committed: a plain step, or a round with nothing drafted."""
         clock = StageClock(stats)
         target = self.target
         rows = 2 if config.exact_layout else 1  # the exact layout never calls with a single row
@@ -182,21 +217,40 @@ class Engine:
                 token = self._choose(logits[0], len(output), config, rand)
         with clock(COMMIT):
             target.commit([0])
-            if self.drafter is not None and config.speculative:
-                # Keep the draft in step without running it: the token joins its pending list.
-                self.drafter.pending.append(output[-1])
         stats.bytes_out += target.last_bytes_out
-        return [token]
+        return token
 
-    def _speculative_round(self, output: list[int], config: DecodeConfig, rand: Randomness, plan: RoundPlan,
-                           stats: RoundStats) -> list[int]:
-        assert self.drafter is not None
-        clock = StageClock(stats)
+    def _speculative_round(self, drafter: Drafter, output: list[int], config: DecodeConfig, rand: Randomness,
+                           plan: RoundPlan, stats: RoundStats) -> list[int]:
         target = self.target
         generated = len(output)  # index of the token the root's children stand for
-        drafted: DraftResult = self.drafter.draft(output[-1], target.length, plan, config, rand, generated, stats)
+        drafted: DraftResult = drafter.draft(output[-1], target.length, plan, config, rand, generated, stats)
         tree = drafted.tree
         stats.tree_size, stats.tree_depth = tree.size, tree.max_depth
+        if tree.size == 1:  # nothing proposed (e.g. no lookup match): the target decodes the root alone
+            emitted = [self._root_step(output, config, rand, stats)]
+            drafter.commit(drafted, [0], emitted, stats)
+            return emitted  # the stats' defaults describe this round (nothing drafted, one token)
+        path, next_token = self._verify_tree(tree, drafted, config, rand, generated, stats)
+        emitted = [int(t) for t in tree.tokens[path[1:]]] + [next_token]
+        drafter.commit(drafted, path, emitted, stats)
+        stats.accepted_len = len(path)
+        order = np.argsort(tree.selected)[1:]  # non-root nodes in best-first order
+        stats.order_depths = tree.depths[order].tolist()
+        stats.path_positions = [int(tree.selected[node]) - 1 for node in path[1:]]
+        stats.path_ranks = tree.rank[path[1:]].tolist()
+        origin, accepted = tree.origin.tolist(), tree.origin[path[1:]].tolist()
+        stats.proposed_model = sum(1 for o in origin if o & MODEL)
+        stats.proposed_lookup = sum(1 for o in origin if o & LOOKUP)
+        stats.accepted_model = sum(1 for o in accepted if o & MODEL)
+        stats.accepted_lookup = sum(1 for o in accepted if o & LOOKUP)
+        return emitted
+
+    def _verify_tree(self, tree: DraftTree, drafted: DraftResult, config: DecodeConfig, rand: Randomness,
+                     generated: int, stats: RoundStats) -> tuple[list[int], int]:
+        """One target forward over the tree; the accepted path (tree nodes) and the token after it, committed."""
+        clock = StageClock(stats)
+        target = self.target
         args = (tree.tokens, target.length + tree.depths, no_scratch(tree.size), ancestor_matrix(tree.parents))
         if self._verify_in_graph(config):
             with clock(VERIFY):
@@ -212,16 +266,10 @@ class Engine:
             with clock(ACCEPT):
                 accepted, length, next_token = self._verify(logits, tree, drafted, config, rand, generated)
         stats.bytes_out += target.last_bytes_out
-        path = accepted[:length].tolist()
+        path: list[int] = accepted[:length].tolist()
         with clock(COMMIT):
             target.commit(path)
-            self.drafter.commit(drafted, path)
-        stats.accepted_len = length
-        order = np.argsort(tree.selected)[1:]  # non-root nodes in best-first order
-        stats.order_depths = tree.depths[order].tolist()
-        stats.path_positions = [int(tree.selected[node]) - 1 for node in path[1:]]
-        stats.path_ranks = tree.rank[path[1:]].tolist()
-        return [int(t) for t in tree.tokens[path[1:]]] + [next_token]
+        return path, next_token
 
     def _verify_in_graph(self, config: DecodeConfig) -> bool:
         return self.target.has_verify and config.effective_mode is not VerifyMode.rrs
@@ -247,10 +295,12 @@ class Engine:
                 rand: Randomness, generated: int) -> tuple[np.ndarray, int, int]:
         mode = config.effective_mode
         if mode is VerifyMode.rrs:
-            width = int(np.bincount(tree.parents[1:], minlength=1).max(initial=0)) + 1 if tree.size > 1 else 1
+            point_mass = tree.point_mass
+            width = rrs_tests(tree.parents, tree.draft_rank, point_mass)
             uniforms = rand.uniforms(Stream.verify, generated, tree.size * width).reshape(tree.size, width)
             return verify_rrs(logits, tree.tokens, tree.parents, drafted.dist_ids, drafted.dist_logprob, uniforms,
-                              config.temperature, config.top_k, config.top_p)
+                              config.temperature, config.top_k, config.top_p, draft_rank=tree.draft_rank,
+                              point_mass=point_mass)
         uniforms = self._match_uniforms(tree.depths, rand, generated) if mode is VerifyMode.match \
             else np.zeros((tree.size, 1))
         accepted, length, token = block_sparse_verify(

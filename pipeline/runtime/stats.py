@@ -11,7 +11,9 @@ PRUNE = "Prune_Controller"
 VERIFY = "Target_Verify"
 ACCEPT = "Accept_Reject_Sample"
 COMMIT = "KV_Commit"
-STAGES = (DRAFT, PRUNE, VERIFY, ACCEPT, COMMIT)
+LOOKUP = "Lookup"  # prompt lookup's host work: matching, grafting, indexing accepted tokens
+STAGES = (DRAFT, PRUNE, VERIFY, ACCEPT, COMMIT, LOOKUP)
+SOURCES = ("model", "lookup")  # who proposed a tree node (tree.MODEL / tree.LOOKUP bits)
 
 
 @dataclass
@@ -36,6 +38,12 @@ class RoundStats:
     order_depths: list[int] = field(default_factory=list)
     path_positions: list[int] = field(default_factory=list)
     path_ranks: list[int] = field(default_factory=list)
+    # Tree nodes (root excluded) each source proposed, and how many of them were accepted; a
+    # node both sources proposed counts for both.
+    proposed_model: int = 0
+    proposed_lookup: int = 0
+    accepted_model: int = 0
+    accepted_lookup: int = 0
     slices: list[Slice] = field(default_factory=list)
     events: list[dict[str, object]] = field(default_factory=list)
 
@@ -93,6 +101,15 @@ class Reply:
         spec = self.speculative_rounds
         return sum(r.accepted_len for r in spec) / len(spec) if spec else 0.0
 
+    def by_source(self) -> dict[str, dict[str, int]]:
+        """{"model": {"proposed": n, "accepted": a}, "lookup": {...}} over the speculative rounds."""
+        spec = self.speculative_rounds
+        return {
+            "model": {"proposed": sum(r.proposed_model for r in spec), "accepted": sum(r.accepted_model for r in spec)},
+            "lookup": {"proposed": sum(r.proposed_lookup for r in spec),
+                       "accepted": sum(r.accepted_lookup for r in spec)},
+        }
+
     @property
     def acceptance_rate(self) -> float:
         """Per-token acceptance alpha: accepted drafts / positions where a draft was tested.
@@ -112,6 +129,7 @@ class Reply:
             "speculative_rounds": len(self.speculative_rounds),
             "mean_accepted_len": round(self.mean_accepted_len, 4),
             "acceptance_rate": round(self.acceptance_rate, 4),
+            "by_source": self.by_source(),
             "new_tokens": len(self.output_ids),
             "stop_reason": self.stop_reason,
             "ttft_ms": round(self.ttft_ns / 1e6, 3),

@@ -70,7 +70,9 @@ def surgery_bundle(config: SurgeryConfig, source: Bundle, progress: Progress | N
         writer.copy_from(source, exclude=graph_files(source.manifest.files, (s.file for s in manifest.graphs.values())))
         for pass_module in PASSES:
             role = pass_module.ROLE
-            spec = manifest.graphs[role]
+            spec = manifest.graphs.get(role)
+            if spec is None:  # a target-only bundle has no draft to prune for
+                continue
             with progress.task(f"inserting {pass_module.OP.schema.name} into {spec.file}"):
                 model = load_graph(source.graph_path(role))
                 records[role] = _apply(pass_module, model, config, spec.file)

@@ -55,3 +55,33 @@ def test_export_inspect_generate(pair_factory, tmp_path: Path) -> None:  # type:
     assert [r["output_ids"] for r in adaptive_records] == [r["output_ids"] for r in records]
     unknown = runner.invoke(app, ["generate", str(out), "--prompt", "x", "--controllers", "turbo"])
     assert unknown.exit_code == 2 and "unknown controller" in unknown.output
+
+
+def test_generate_with_each_drafter_and_a_target_only_bundle(pair_factory, bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "input_ids": [5, 6, 7, 8, 5, 6, 7, 8, 5]}\n')
+    paired = bundle_factory("llama").path
+    outputs = {}
+    for drafter in ("plain", "model", "lookup", "model+lookup"):
+        flags = ["--no-speculation"] if drafter == "plain" else ["--drafter", drafter]
+        result = runner.invoke(app, ["generate", str(paired), "--prompts", str(prompts), "-o", str(tmp_path / drafter),
+                                     "-n", "16", "--stats", *flags], env={"COLUMNS": "240"})
+        assert result.exit_code == 0, result.output
+        assert f"drafter {drafter if drafter != 'plain' else 'model'} (" in result.output
+        assert "lookup acc/prop" in result.output
+        outputs[drafter] = json.loads((tmp_path / drafter).read_text())["output_ids"]
+    assert len(set(map(tuple, outputs.values()))) == 1  # greedy: the same tokens whoever drafts
+
+    target, _ = pair_factory("llama")
+    alone = tmp_path / "alone"
+    exported = runner.invoke(app, ["export", str(target), "-o", str(alone), "--no-validate"])
+    assert exported.exit_code == 0 and "target only" in exported.output, exported.output
+    summary = json.loads(runner.invoke(app, ["inspect", str(alone), "--json"]).output)
+    assert set(summary["graphs"]) == {"target"}
+    fitted = runner.invoke(app, ["generate", str(alone), "--prompts", str(prompts), "-o", str(tmp_path / "f"),
+                                 "-n", "16"])
+    assert fitted.exit_code == 0 and "using lookup" in fitted.output, fitted.output
+    assert json.loads((tmp_path / "f").read_text())["output_ids"] == outputs["plain"]
+    refused = runner.invoke(app, ["generate", str(alone), "--prompt", "the", "--drafter", "model"])
+    assert refused.exit_code == 3
+    assert "no draft graph, so --drafter model cannot run — pass --drafter lookup" in " ".join(refused.output.split())

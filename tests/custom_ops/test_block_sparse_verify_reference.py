@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specdec.custom_ops.block_sparse_verify import Mode, block_sparse_verify, sample_token, target_probs, verify_rrs
+from specdec.custom_ops.block_sparse_verify import (
+    Mode,
+    block_sparse_verify,
+    rrs_tests,
+    sample_token,
+    target_probs,
+    verify_rrs,
+)
 
 # root(0) -> 1, 2 ; 1 -> 3 ; 3 -> 4
 PARENTS = np.array([-1, 0, 0, 1, 3])
@@ -149,3 +156,99 @@ def test_rrs_without_replacement_is_lossless() -> None:
 def test_naive_ratio_on_deterministic_children_is_biased() -> None:
     """The check above can fail: the naive p/q rule on top-k children is detected as biased."""
     assert _joint_test(naive=True, samples=30000) < 1e-6
+
+
+# ---- losslessness with deterministic (lookup) proposals among the drafted siblings --------------
+
+def _lookup_round(p: list[np.ndarray], q: np.ndarray, rng: np.random.Generator, case: str) -> tuple[int, int]:
+    """One round whose root has drafted children and lookup (point-mass) children; a lookup child
+    carries a lookup grandchild. Returns the first two emitted tokens (-1: only one)."""
+    draws = _draw_without_replacement(q, rng.random(V), 3)
+    kept = {"merged": [0, 1, 2], "separate": [0, 1], "two": [0], "gap": [0], "alone": []}[case]
+    lookups = {"merged": [int(draws[1])], "separate": [int(np.argmin(q))], "two": [int(draws[2]), int(draws[0])],
+               "gap": [int(draws[2])], "alone": [int(np.argmax(p[0])), int(np.argmin(p[0]))]}[case]
+    tokens, parents, rank, point = [0], [-1], [-1], [False]
+    for r in kept:
+        tokens.append(int(draws[r]))
+        parents.append(0)
+        rank.append(r)
+        point.append(False)
+    for token in lookups:
+        if token in tokens[1:]:
+            point[tokens.index(token, 1)] = True
+        else:
+            tokens.append(token)
+            parents.append(0)
+            rank.append(2 if case == "gap" else -1)  # gap: draw 2 is in the tree, draw 1 is not
+            point.append(True)
+    for node in [i for i in range(1, len(tokens)) if point[i]]:  # a lookup chain continues below
+        tokens.append((tokens[node] + 1) % V)
+        parents.append(node)
+        rank.append(-1)
+        point.append(True)
+    rows = [np.log(np.maximum(p[0], 1e-300))]
+    rows += [np.log(np.maximum(p[1 + t] if parents[i] == 0 else p[0], 1e-300)) for i, t in enumerate(tokens) if i]
+    dist_ids = np.full((len(tokens), V), -1)
+    dist_ids[0] = np.arange(V)
+    dist_logprob = np.full((len(tokens), V), -np.inf)
+    dist_logprob[0] = np.log(np.maximum(q, 1e-300))
+    draft_rank, point_mass = np.array(rank), np.array(point)
+    uniforms = rng.random((len(tokens), rrs_tests(np.array(parents), draft_rank, point_mass)))
+    accepted, length, nxt = verify_rrs(np.stack(rows).astype(np.float32), np.array(tokens), np.array(parents),
+                                       dist_ids, dist_logprob, uniforms, 1.0, draft_rank=draft_rank,
+                                       point_mass=point_mass)
+    if length == 1:
+        return nxt, -1
+    return tokens[accepted[1]], tokens[accepted[2]] if length > 2 else nxt
+
+
+def _lookup_joint_test(case: str, samples: int) -> float:
+    rng = np.random.default_rng(RNG_SEED)
+    p = [_random_dist(rng) for _ in range(V + 1)]
+    q = _random_dist(rng)
+    counts = np.zeros((V, V + 1))
+    for _ in range(samples):
+        first, second = _lookup_round(p, q, rng, case)
+        counts[first, second if second >= 0 else V] += 1
+    pvalues = [stats.chisquare(counts.sum(axis=1), p[0] * samples).pvalue]
+    for token in range(V):
+        row = counts[token, :V]
+        if row.sum() > 200:
+            pvalues.append(stats.chisquare(row, p[1 + token] * row.sum()).pvalue)
+    return float(min(pvalues) * len(pvalues))  # Bonferroni
+
+
+@pytest.mark.parametrize("case", ["merged", "separate", "two", "gap", "alone"])
+def test_rrs_with_point_mass_siblings_is_lossless(case: str) -> None:
+    """Lookup proposals (point masses) next to draws without replacement: merged with a draw,
+    apart from them, two of them, after a gap in the draws, and alone."""
+    assert _lookup_joint_test(case, samples=20000) > 1e-3
+
+
+def test_point_mass_verified_as_a_draw_is_biased() -> None:
+    """The check above can fail: a lookup token tested with the draft's p/q rule is detected."""
+    rng = np.random.default_rng(RNG_SEED)
+    p = [_random_dist(rng) for _ in range(V + 1)]
+    q = _random_dist(rng)
+    x = int(np.argmin(q))  # a token the draft rarely proposes: p/q over-accepts it
+    counts = np.zeros(V)
+    for _ in range(20000):
+        draws = _draw_without_replacement(q, rng.random(V), 2)
+        tokens = [0, *[int(t) for t in draws if t != x], x]
+        logits = np.log(np.maximum(np.stack([p[0]] + [p[1 + t] for t in tokens[1:]]), 1e-300)).astype(np.float32)
+        dist_ids = np.full((len(tokens), V), -1)
+        dist_ids[0] = np.arange(V)
+        dist_logprob = np.full((len(tokens), V), -np.inf)
+        dist_logprob[0] = np.log(np.maximum(q, 1e-300))
+        parents = np.array([-1] + [0] * (len(tokens) - 1))
+        accepted, length, nxt = verify_rrs(logits, np.array(tokens), parents, dist_ids, dist_logprob,
+                                           rng.random((len(tokens), len(tokens) + 1)), 1.0)
+        counts[tokens[accepted[1]] if length > 1 else nxt] += 1
+    assert stats.chisquare(counts, p[0] * counts.sum()).pvalue < 1e-6
+
+
+def test_rrs_tests_counts_columns() -> None:
+    parents = np.array([-1, 0, 0, 1])
+    assert rrs_tests(parents) == 3  # two children at the root + the residual draw
+    assert rrs_tests(parents, np.array([-1, 0, -1, 0]), np.array([False, True, True, False])) == 4
+    assert rrs_tests(np.array([-1])) == 1

@@ -62,3 +62,15 @@ def test_bad_pipeline_configs(tmp_path: Path) -> None:
 def test_default_is_the_demo_pair() -> None:
     config = load_config(None)
     assert config.target == "demo" and config.bench.device.value == "local"
+
+
+def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("export: {no_draft: true}\nbench: {drafter: model+lookup, lookup_max_ngram: 4}\n")
+    config = load_config(path)
+    assert config.export.target_only and config.export.sources() == {"target": "demo"}
+    assert config.bench.drafter is not None and config.bench.drafter.value == "model+lookup"
+    assert config.bench.lookup_max_ngram == 4
+    path.write_text("bench: {drafter: ngram}\n")
+    with pytest.raises(InputError, match="bench.drafter"):
+        load_config(path)

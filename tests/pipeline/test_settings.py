@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from specdec.pipeline.errors import InputError
-from specdec.pipeline.profiles import load_device, load_scenario
+from specdec.pipeline.errors import BundleError, InputError
+from specdec.pipeline.profiles import ScenarioProfile, load_device, load_scenario
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, OutputFormat
-from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
+from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.settings import (
     SETTING_KEYS,
     Layer,
@@ -64,6 +64,33 @@ def test_the_tree_budget_is_clamped_to_the_largest_bucket() -> None:
     assert fits.config.tree_budget == 16 and not fits.notes
 
 
+def test_drafter_and_lookup_lengths_come_in_layers() -> None:
+    profile = load_device("local-cpu").model_copy(update={"tree": load_device("local-cpu").tree.model_copy(
+        update={"drafter": DrafterKind.model_lookup})})
+    scenario = ScenarioProfile(name="rag", lookup_max_ngram=5)
+    resolved = resolve_decode({"lookup_min_ngram": 2}, profile=profile, scenario=scenario)
+    config = resolved.config
+    assert (config.drafter, config.lookup_max_ngram, config.lookup_min_ngram) == (DrafterKind.model_lookup, 5, 2)
+    assert resolved.sources["drafter"] == "profile local-cpu" and resolved.sources["lookup_max_ngram"] == "scenario rag"
+    assert "drafter model+lookup (profile local-cpu)" in resolved.describe()
+    with pytest.raises(InputError, match="lookup_min_ngram <= lookup_max_ngram"):
+        resolve_decode({"lookup_min_ngram": 4, "lookup_max_ngram": 2}, profile=profile)
+    with pytest.raises(InputError, match="unknown drafter 'ngram'"):
+        resolve_decode({"drafter": "ngram"}, profile=profile)
+
+
+def test_a_bundle_without_a_draft_graph_drafts_with_lookup() -> None:
+    profile = load_device("local-cpu")
+    fitted = resolve_decode({}, profile=profile, has_draft=False)
+    assert fitted.config.drafter is DrafterKind.lookup
+    assert fitted.sources["drafter"] == "bundle (no draft graph; defaults said model)"
+    assert fitted.notes == ["drafter model (defaults) needs a draft graph this bundle lacks; using lookup"]
+    with pytest.raises(BundleError, match="no draft graph, so drafter model cannot run — pass drafter lookup"):
+        resolve_decode({"drafter": "model"}, profile=profile, has_draft=False)
+    plain = resolve_decode({"drafter": "model+lookup", "speculative": False}, profile=profile, has_draft=False)
+    assert plain.config.drafter is DrafterKind.model_lookup and not plain.notes  # nothing drafts anyway
+
+
 def test_invalid_results_name_the_setting() -> None:
     with pytest.raises(InputError, match="max_new_tokens must be at least 1"):
         resolve_decode({"max_new_tokens": 0}, profile=load_device("local-cpu"))
@@ -79,10 +106,10 @@ def test_merge_takes_the_first_value_and_options_from_reads_settings_fields() ->
     @dataclass
     class StageConfig:
         depth: int | None = 3
-        drafter: str = "model"  # not (yet) a DecodeConfig field: ignored
-        output: str = "x"
+        drafter: str | None = "lookup"  # a DecodeConfig field since issue 17: read like the others
+        output: str = "x"  # not a setting: ignored
 
-    assert options_from(StageConfig()) == {"depth": 3}
+    assert options_from(StageConfig()) == {"depth": 3, "drafter": "lookup"}
     assert set(SETTING_KEYS) >= {"tree_budget", "depth", "width", "max_k", "beta_base", "mode"}
     assert DecodeConfig().tree_budget == load_device("local-cpu").tree.budget
 

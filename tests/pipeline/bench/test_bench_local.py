@@ -12,6 +12,7 @@ from specdec.cli.app import app
 from specdec.pipeline.bench.analysis import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from specdec.pipeline.bench.gates import REGRESSION_FIGURES
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
+from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.results import Figures, read_results
 
@@ -31,7 +32,7 @@ def local_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def test_results_json_has_every_figure(local_run) -> None:  # type: ignore[no-untyped-def]
     results = json.loads((local_run.output / "results.json").read_text())
-    assert results["schema"] == "specdec.bench/2" and not results["partial"]
+    assert results["schema"] == "specdec.bench/3" and not results["partial"]
     f = results["figures"]
     for name in ("speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
                  "predicted_speedup", "cost_ratio_r", "fixed_call_ms", "ttft_ms", "peak_memory_mb"):
@@ -117,3 +118,52 @@ def test_bad_options_fail_before_running(bench_bundle, tmp_path: Path, kwargs, m
     with pytest.raises(InputError, match=message):
         run_bench(BenchConfig(output=tmp_path / "out", **kwargs), bench_bundle)
     assert not (tmp_path / "out").exists()
+
+
+# ---- drafters -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def copying_prompts(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+    path = tmp_path_factory.mktemp("copy") / "prompts.jsonl"
+    path.write_text('{"id": "a", "input_ids": [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]}\n'
+                    '{"id": "b", "input_ids": [9, 10, 11, 9, 10, 11, 9]}\n')
+    return path
+
+
+def test_bench_reports_drafters_by_source(bench_bundle, copying_prompts: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "r"
+    result = runner.invoke(app, ["bench", str(bench_bundle.path), "-o", str(out), "--prompts", str(copying_prompts),
+                                 "-n", "24", "--drafter", "model+lookup", "--lookup-max-ngram", "4",
+                                 "--assert", "lossless"])
+    assert result.exit_code == 0, result.output
+    results = read_results((out / "results.json").read_text())
+    decode = results.config.decode
+    assert (decode.drafter.value, decode.lookup_max_ngram, results.config.sources["drafter"]) == \
+        ("model+lookup", 4, "options")
+    by_source = results.details.by_source
+    assert by_source["lookup"].proposed > 0 and by_source["model"].proposed > 0
+    lookup = by_source["lookup"]
+    assert results.figures.lookup_acceptance == pytest.approx(lookup.accepted / lookup.proposed)
+    assert results.lossless.equal
+    assert "Drafter `model+lookup`, n-grams 1–4: model " in (out / "summary.md").read_text()
+    trace = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert {"Lookup"} <= {e["name"] for e in trace if e["ph"] == "X"}
+    assert any(e["name"] == "accepted_by_source" for e in trace if e["ph"] == "C")
+    rounds = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    assert all("by_source" in e for e in rounds if e["type"] == "round")
+
+
+def test_bench_of_a_target_only_bundle_drafts_with_lookup(pair_factory, copying_prompts: Path,  # type: ignore[no-untyped-def]
+                                                          tmp_path: Path) -> None:
+    target, _ = pair_factory("llama")
+    result = runner.invoke(app, ["export", str(target), "-o", str(tmp_path / "b"), "--no-validate"])
+    assert result.exit_code == 0 and "target only" in result.output, result.output
+    bundle = Bundle.load(tmp_path / "b")
+    outcome = run_bench(BenchConfig(output=tmp_path / "r", prompts=copying_prompts, max_new_tokens=16), bundle)
+    results = outcome.results
+    assert results.config.decode.drafter.value == "lookup" and results.config.sources["drafter"].startswith("bundle")
+    assert any("needs a draft graph" in w for w in results.warnings)
+    assert results.lossless.equal and results.details.by_source["model"].proposed == 0
+    assert "cost_ratio_r" in results.unavailable
+    refused = runner.invoke(app, ["bench", str(bundle.path), "-o", str(tmp_path / "r2"), "--drafter", "model"])
+    assert refused.exit_code == 3 and "--drafter lookup" in refused.output and not (tmp_path / "r2").exists()

@@ -96,10 +96,11 @@ def test_existing_output_without_force(pair_factory, tmp_path: Path) -> None:  #
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
 
 
-def test_draft_required_unless_demo(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    target, _ = pair_factory("llama")
-    with pytest.raises(InputError, match="needs a draft"):
-        export_bundle(ExportConfig(target=str(target), output=tmp_path / "out"))
+def test_draft_and_no_draft_contradict(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    target, draft = pair_factory("llama")
+    with pytest.raises(InputError, match="contradict"):
+        ExportConfig(target=str(target), draft=str(draft), no_draft=True, output=tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, RuntimeError])

@@ -24,8 +24,8 @@ from specdec.pipeline.runtime.stats import RoundStats
 PLAN = RoundPlan(budget=16, depth=6, width=4)
 
 
-def _round(accepted_len: int, depth: int = 4, kind: str = "speculative") -> RoundStats:
-    return RoundStats(index=0, kind=kind, tree_size=8, tree_depth=depth, accepted_len=accepted_len)
+def _round(accepted_len: int, depth: int = 4, kind: str = "speculative", size: int = 8) -> RoundStats:
+    return RoundStats(index=0, kind=kind, tree_size=size, tree_depth=depth, accepted_len=accepted_len)
 
 
 def test_beta_adaptation_follows_the_articles_rule() -> None:
@@ -45,6 +45,8 @@ def test_fallback_after_k_empty_rounds_then_retry() -> None:
     fallback = HardFallback(after=2, backoff_rounds=3)
     fallback.observe(_round(1))
     assert fallback.plan(PLAN) == PLAN
+    fallback.observe(_round(1, depth=0, size=1))  # nothing proposed (a lookup miss): not a rejection
+    assert fallback.plan(PLAN) == PLAN and not fallback.events
     fallback.observe(_round(1))
     assert fallback.events[-1]["action"] == "enter"
     assert [fallback.plan(PLAN) for _ in range(3)] == [None, None, None]

@@ -7,6 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from specdec.pipeline.errors import BundleError
+from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 
@@ -88,3 +90,83 @@ def test_statistics_are_recorded(bundle_factory) -> None:  # type: ignore[no-unt
     assert stages == {"Draft_Generate", "Prune_Controller", "Target_Verify", "Accept_Reject_Sample", "KV_Commit"}
     assert all(r.tree_size >= 2 and r.draft_calls >= 1 for r in spec)
     assert 0.0 <= reply.acceptance_rate <= 1.0 and reply.ttft_ns > 0
+
+
+# ---- every drafter: greedy output is the target's ----------------------------------------------
+
+def _copying_prompts(engine: Engine, count: int, seed: int = 3) -> list[list[int]]:
+    """Prompts that hold the target's own continuation of their start: prompt lookup finds copies."""
+    prompts = []
+    for start in _prompts(count, engine.vocab, seed):
+        continuation = engine.generate(start, DecodeConfig(max_new_tokens=12, speculative=False)).output_ids
+        prompts.append([*start, *continuation, *start])
+    return prompts
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+@pytest.mark.parametrize("drafter", ["lookup", "model+lookup"])
+def test_greedy_output_is_plain_for_every_drafter(bundle_factory, arch: str, drafter: str) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory(arch).path)
+    accepted = {"model": 0, "lookup": 0}
+    for prompt in _copying_prompts(engine, 4):
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=24, speculative=False))
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=24, drafter=drafter))  # type: ignore[arg-type]
+        assert spec.output_ids == plain.output_ids
+        for source, counts in spec.by_source().items():
+            accepted[source] += counts["accepted"]
+    assert accepted["lookup"] > 0  # the copies were proposed and accepted
+    assert (accepted["model"] > 0) == (drafter == "model+lookup")
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup", "model+lookup"])
+def test_exact_layout_keeps_chains_for_every_drafter(bundle_factory, drafter: str) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    for prompt in _copying_prompts(engine, 2, seed=5):
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=20, speculative=False, exact_layout=True))
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=20, exact_layout=True, drafter=drafter))  # type: ignore[arg-type]
+        assert spec.output_ids == plain.output_ids
+        for stats in spec.speculative_rounds:  # a chain: one node per depth, in depth order
+            assert stats.order_depths == list(range(1, stats.tree_size))
+
+
+def test_lookup_rounds_record_sources_and_slices(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    prompt = _copying_prompts(engine, 1, seed=8)[0]
+    reply = engine.generate(prompt, DecodeConfig(max_new_tokens=30, drafter="model+lookup"))  # type: ignore[arg-type]
+    spec = reply.speculative_rounds
+    assert sum(r.accepted_len for r in reply.rounds) + 1 == len(reply.output_ids)
+    stages = {s.stage for r in spec for s in r.slices}
+    assert {"Lookup", "Draft_Generate", "Prune_Controller", "Target_Verify", "KV_Commit"} <= stages
+    for r in spec:
+        assert r.proposed_model + r.proposed_lookup >= r.tree_size - 1  # a merged node counts for both
+        assert r.accepted_model + r.accepted_lookup >= r.accepted_len - 1
+        assert len(r.order_depths) == r.tree_size - 1 and len(r.path_positions) == r.accepted_len - 1
+        assert [s.stage for s in r.slices if s.stage in ("Draft_Generate", "Prune_Controller")][-1] == \
+            "Prune_Controller"  # the final selection is the last PRUNE slice
+    reply = engine.generate(prompt, DecodeConfig(max_new_tokens=30, drafter="lookup"))  # type: ignore[arg-type]
+    assert all(r.draft_calls == 0 and r.proposed_model == 0 for r in reply.rounds)  # no draft model call
+    assert reply.by_source()["lookup"]["proposed"] > 0
+
+
+def test_rrs_with_lookup_is_reproducible(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    prompt = _copying_prompts(engine, 1, seed=9)[0]
+    for drafter in ("lookup", "model+lookup"):
+        config = DecodeConfig(max_new_tokens=20, temperature=0.9, mode="rrs", seed=4, drafter=drafter)  # type: ignore[arg-type]
+        assert engine.generate(prompt, config).output_ids == engine.generate(prompt, config).output_ids
+
+
+def test_target_only_bundle_speculates_with_lookup(pair_factory, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    target, _ = pair_factory("llama")
+    bundle = export_bundle(ExportConfig(target=str(target), output=tmp_path / "b"))
+    assert set(bundle.manifest.graphs) == {"target"} and "target-only" in bundle.manifest.reports["export"]["draft"]
+    assert bundle.manifest.lineage[-1].config["target_only"] is True
+    engine = Engine(bundle.path)
+    assert engine.drafter is None
+    prompt = _copying_prompts(engine, 1)[0]
+    plain = engine.generate(prompt, DecodeConfig(max_new_tokens=16, speculative=False))
+    spec = engine.generate(prompt, DecodeConfig(max_new_tokens=16, drafter="lookup"))  # type: ignore[arg-type]
+    assert spec.output_ids == plain.output_ids and spec.speculative_rounds
+    for drafter in ("model", "model+lookup"):
+        with pytest.raises(BundleError, match="no draft graph.*drafter lookup"):
+            engine.generate(prompt, DecodeConfig(max_new_tokens=16, drafter=drafter))  # type: ignore[arg-type]

@@ -23,6 +23,9 @@ def test_runtime_runs_without_torch(bundle_factory) -> None:  # type: ignore[no-
         sampled = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8, temperature=0.8, mode="rrs"))
         plain = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8, speculative=False))
         assert greedy.output_ids == plain.output_ids, (greedy.output_ids, plain.output_ids)
+        for drafter in ("lookup", "model+lookup"):
+            copied = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8, drafter=drafter))
+            assert copied.output_ids == plain.output_ids, (drafter, copied.output_ids)
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r} and sys.modules[m] is not None)
         assert not loaded, loaded
         print("ok", len(greedy.output_ids), len(sampled.output_ids))

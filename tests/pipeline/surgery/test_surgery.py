@@ -15,6 +15,7 @@ import pytest
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.records.codec import dump
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
@@ -127,3 +128,17 @@ def test_survives_onnxsim_and_ort_format(surgered, tmp_path: Path) -> None:  # t
         got = sess.run(outputs, feeds)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_a_target_only_bundle_gets_the_verify_op_and_speculates_with_lookup(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    target, _ = pair_factory("llama")
+    exported = export_bundle(ExportConfig(target=str(target), output=tmp_path / "e", validate=False))
+    bundle = surgery_bundle(SurgeryConfig(output=tmp_path / "s"), exported)
+    assert set(bundle.manifest.graphs) == {"target"} and set(dump(bundle.manifest.custom_ops)["graphs"]) == {"target"}
+    engine = Engine(bundle.path)
+    assert engine.target.has_verify and engine.drafter is None
+    prompt = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
+    for config in ({}, {"temperature": 0.8, "mode": "match", "seed": 3}):  # verified in the graph
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=20, speculative=False, **config))  # type: ignore[arg-type]
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=20, drafter="lookup", **config))  # type: ignore[arg-type]
+        assert spec.output_ids == plain.output_ids and spec.speculative_rounds
