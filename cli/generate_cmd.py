@@ -22,10 +22,13 @@ from specdec.pipeline.settings import parse_controllers
 from specdec.pipeline.staging import StagedFile
 
 
-def _stats_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
+def _stats_table(rows: list[tuple[str, dict[str, Any]]], by_source: bool) -> Table:
+    """Per-reply statistics; `by_source` adds accepted/proposed nodes of the model and of prompt lookup
+    (only when lookup drafts: with the model alone they repeat the acceptance column)."""
     table = Table(title="generation statistics", title_justify="left")
-    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α", "model acc/prop", "lookup acc/prop",
-               "TTFT ms", "total ms", "tok/s", "stop")
+    sources = ("model", "lookup") if by_source else ()
+    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α",
+               *(f"{name} acc/prop" for name in sources), "TTFT ms", "total ms", "tok/s", "stop")
     for column in columns:
         # prompt ids are what people look for: never cut them, let the numbers wrap their headers instead
         table.add_column(column, justify="right" if column not in ("prompt", "stop") else "left",
@@ -33,11 +36,11 @@ def _stats_table(rows: list[tuple[str, dict[str, Any]]]) -> Table:
     for prompt_id, s in rows:
         rate = s["new_tokens"] / (s["total_ms"] / 1e3) if s["total_ms"] else 0.0
         speculated = bool(s.get("speculative_rounds"))  # no speculative round: acceptance is undefined, not 0
-        by_source = [f"{s['by_source'][name]['accepted']}/{s['by_source'][name]['proposed']}" if speculated else "—"
-                     for name in ("model", "lookup")]
+        counts = [f"{s['by_source'][name]['accepted']}/{s['by_source'][name]['proposed']}" if speculated else "—"
+                  for name in sources]
         table.add_row(escape(prompt_id), str(s["new_tokens"]), str(s["rounds"]),
                       f"{s['mean_accepted_len']:.2f}" if speculated else "—",
-                      f"{s['acceptance_rate']:.2f}" if speculated else "—", *by_source, f"{s['ttft_ms']:.1f}",
+                      f"{s['acceptance_rate']:.2f}" if speculated else "—", *counts, f"{s['ttft_ms']:.1f}",
                       f"{s['total_ms']:.1f}", f"{rate:.1f}", s["stop_reason"])
     return table
 
@@ -133,5 +136,5 @@ def generate(
             note(f"{len(full)} replies stopped at the context limit ({', '.join(full[:5])})")
         err.print(f"wrote {len(records)} replies to [bold]{escape(str(output))}[/]")
     if stats:
-        err.print(_stats_table(rows))
+        err.print(_stats_table(rows, by_source=config.speculative and config.drafter.uses_lookup))
         err.print(f"settings: {settings.describe()}", highlight=False)

@@ -67,8 +67,8 @@ def test_generate_with_each_drafter_and_a_target_only_bundle(pair_factory, bundl
         result = runner.invoke(app, ["generate", str(paired), "--prompts", str(prompts), "-o", str(tmp_path / drafter),
                                      "-n", "16", "--stats", *flags], env={"COLUMNS": "240"})
         assert result.exit_code == 0, result.output
-        assert f"drafter {drafter if drafter != 'plain' else 'model'} (" in result.output
-        assert "lookup acc/prop" in result.output
+        assert (f"drafter {drafter} (" if drafter != "plain" else "speculative False (") in result.output
+        assert ("lookup acc/prop" in result.output) == (drafter in ("lookup", "model+lookup"))
         outputs[drafter] = json.loads((tmp_path / drafter).read_text())["output_ids"]
     assert len(set(map(tuple, outputs.values()))) == 1  # greedy: the same tokens whoever drafts
 

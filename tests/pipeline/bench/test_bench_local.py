@@ -133,7 +133,7 @@ def copying_prompts(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
 def test_bench_reports_drafters_by_source(bench_bundle, copying_prompts: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "r"
     result = runner.invoke(app, ["bench", str(bench_bundle.path), "-o", str(out), "--prompts", str(copying_prompts),
-                                 "-n", "24", "--drafter", "model+lookup", "--lookup-max-ngram", "4",
+                                 "-n", "24", "--drafter", "model+lookup", "--lookup-max-ngram", "4", "--no-tune",
                                  "--assert", "lossless"])
     assert result.exit_code == 0, result.output
     results = read_results((out / "results.json").read_text())
