@@ -1,7 +1,10 @@
 """Draft model vs prompt lookup vs both, on the demo pair and the compute-realistic target, in one run.
 
 For each bundle, plain decoding and the three drafters (`--drafter model | lookup | model+lookup`)
-decode the same prompts greedily, interleaved per prompt with the order rotating, in one process.
+decode the same prompts greedily, interleaved per prompt with the order rotating, in one process,
+each drafter twice: with the fixed tree (`--tree-budget/--depth/--width`, the defaults 16/6/4)
+and with the tree `specdec tune` plans for that drafter on this machine (held-out calibration
+prompts); a last row, `auto`, is what the planner picks across drafters (what `bench` runs).
 Reported per drafter: tokens/s, the speedup over plain decoding measured in the same run, mean
 accepted length per speculative round, acceptance by source (accepted / proposed tree nodes of the
 draft model and of prompt lookup), the host time of prompt lookup per round (the `Lookup` slices),
@@ -24,12 +27,15 @@ from pathlib import Path
 
 from common import demo_bundle, prompts, realistic_bundle
 
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.drafter import DRAFTER_NAMES
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.stats import LOOKUP, SOURCES, Reply
+from specdec.pipeline.runtime.tuning import TuneSettings, apply_choice, tune
 from specdec.pipeline.text import TextCodec
+
+CALIBRATION_PROMPTS = 4
 
 PLAIN = "plain"
 
@@ -58,7 +64,22 @@ class Tally:
         self.outputs.append(reply.output_ids)
 
 
-def measure(name: str, path: Path, texts: list[str], args: argparse.Namespace) -> list[dict[str, object]]:
+def tuned_configs(engine: Engine, calibration: list[list[int]], drafters: list[str],
+                  base: DecodeConfig) -> dict[str, DecodeConfig]:
+    """`{drafter} tuned` per drafter and `auto`: the planner's trees on this machine."""
+    configs = {}
+    for drafter in [*drafters, "auto"]:
+        only = tuple(DrafterKind) if drafter == "auto" else (DrafterKind(drafter),)
+        plan = tune(engine, calibration, base, TuneSettings(drafters=only)).plan
+        c = plan.choice
+        print(f"plan {drafter}: {c.drafter} budget {c.budget} depth {c.depth} width {c.width} "
+              f"n-grams {c.lookup_ngrams} predicted {c.predicted_speedup}x", flush=True)
+        configs[drafter if drafter == "auto" else f"{drafter} tuned"] = apply_choice(base, c)
+    return configs
+
+
+def measure(name: str, path: Path, texts: list[str], calib: list[str],
+            args: argparse.Namespace) -> list[dict[str, object]]:
     engine = Engine(path, SessionOptions(threads=args.threads))
     has_draft = engine.drafter is not None
     drafters = [d for d in DRAFTER_NAMES if has_draft or d == "lookup"]
@@ -67,6 +88,9 @@ def measure(name: str, path: Path, texts: list[str], args: argparse.Namespace) -
     tree = {"tree_budget": args.tree_budget, "depth": args.depth, "width": args.width}
     configs = {PLAIN: DecodeConfig(max_new_tokens=args.tokens, speculative=False)}
     configs |= {d: DecodeConfig(max_new_tokens=args.tokens, drafter=d, **tree) for d in drafters}  # type: ignore[arg-type]
+    if not args.no_tune:
+        configs |= tuned_configs(engine, [codec.encode(text) for text in calib], drafters,
+                                 DecodeConfig(max_new_tokens=args.tokens))
     for config in configs.values():  # warm-up: first calls allocate and load
         engine.generate(ids[0], config)
     tallies = {mode: Tally() for mode in configs}
@@ -79,11 +103,14 @@ def measure(name: str, path: Path, texts: list[str], args: argparse.Namespace) -
     plain = tallies[PLAIN]
     plain_rate = plain.tokens / plain.seconds
     rows: list[dict[str, object]] = [{"bundle": name, "drafter": PLAIN, "tokens_per_s": round(plain_rate, 2)}]
-    for drafter in drafters:
+    for drafter in [m for m in modes if m != PLAIN]:
         t = tallies[drafter]
         rate = t.tokens / t.seconds
+        c = configs[drafter]
+        tree_text = (f"{c.tree_budget}/{c.depth}/{c.width}" if c.speculative else "plain")
         rows.append({
-            "bundle": name, "drafter": drafter, "tokens_per_s": round(rate, 2),
+            "bundle": name, "drafter": drafter if c.speculative else f"{drafter} (plain)", "tree": tree_text,
+            "tokens_per_s": round(rate, 2),
             "speedup": round(rate / plain_rate, 3),
             "mean_accepted_len": round(statistics.fmean(t.accepted_len), 3) if t.accepted_len else None,
             "acceptance_by_source": {s: round(t.accepted[s] / t.proposed[s], 3) if t.proposed[s] else None
@@ -105,16 +132,18 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=DecodeConfig.depth)
     parser.add_argument("--width", type=int, default=DecodeConfig.width)
     parser.add_argument("--skip-realistic", action="store_true", help="the demo pair only (no 2-minute export)")
+    parser.add_argument("--no-tune", action="store_true", help="fixed trees only (no per-drafter tuning)")
     parser.add_argument("--bundle", type=Path, action="append", default=[], help="another bundle to compare on")
     args = parser.parse_args()
     bundles = [("demo", demo_bundle().path)]
     if not args.skip_realistic:
         bundles.append(("realistic", realistic_bundle().path))
     bundles += [(str(path), path) for path in args.bundle]
-    texts = prompts(args.prompts)
-    rows = [row for name, path in bundles for row in measure(name, path, texts, args)]
+    every = prompts(args.prompts + CALIBRATION_PROMPTS)
+    texts, calib = every[:args.prompts], every[args.prompts:]  # calibration never sees a measured prompt
+    rows = [row for name, path in bundles for row in measure(name, path, texts, calib, args)]
     print(json.dumps(rows, indent=1))
-    print(f"\n{'bundle':<12} {'drafter':<13} {'tok/s':>8} {'speedup':>8} {'accepted':>9} {'model acc':>10} "
+    print(f"\n{'bundle':<12} {'drafter':<20} {'tree':>8} {'tok/s':>8} {'speedup':>8} {'accepted':>9} {'model acc':>10} "
           f"{'lookup acc':>11} {'lookup us':>10} lossless")
     for row in rows:
         by_source = row.get("acceptance_by_source") or {}
@@ -122,7 +151,8 @@ def main() -> None:
         cells = [row.get("speedup"), row.get("mean_accepted_len"), by_source.get("model"), by_source.get("lookup"),
                  row.get("lookup_us_per_round")]
         text = [("—" if value is None else f"{value}") for value in cells]
-        print(f"{str(row['bundle'])[:12]:<12} {row['drafter']!s:<13} {row['tokens_per_s']!s:>8} {text[0]:>8} "
+        print(f"{str(row['bundle'])[:12]:<12} {row['drafter']!s:<20} {row.get('tree', '')!s:>8} "
+              f"{row['tokens_per_s']!s:>8} {text[0]:>8} "
               f"{text[1]:>9} {text[2]:>10} {text[3]:>11} {text[4]:>10} {row.get('lossless', '')}")
 
 

@@ -83,9 +83,14 @@ def plan_table(plan: DevicePlan) -> Table:
     table = Table(title=f"plan for {plan.device}", title_justify="left")
     for column in ("drafter", "nodes", "depth", "width", "tok/round", "round ms", "predicted"):
         table.add_column(column, justify="left" if column == "drafter" else "right", no_wrap=True)
-    for index, c in enumerate([plan.choice, *[c for c in plan.candidates if c != plan.choice][:5]]):
+    others = [c for c in plan.candidates if c != plan.choice]
+    best_of_each = [c for i, c in enumerate(others)
+                    if all((c.drafter, c.lookup_ngrams) != (o.drafter, o.lookup_ngrams) for o in others[:i])]
+    shown = others[:4] + [c for c in best_of_each if c not in others[:4]]
+    for index, c in enumerate([plan.choice, *shown]):
         style = "bold green" if index == 0 else None
-        table.add_row(c.drafter, str(c.budget), str(c.depth), str(c.width), f"{c.expected_tokens:.2f}",
+        drafter = f"{c.drafter} {c.lookup_ngrams[0]}-{c.lookup_ngrams[1]}" if c.lookup_ngrams else c.drafter
+        table.add_row(drafter, str(c.budget), str(c.depth), str(c.width), f"{c.expected_tokens:.2f}",
                       f"{c.round_ms:.2f}", f"{c.predicted_speedup:.2f}×", style=style)
     return table
 

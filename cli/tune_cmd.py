@@ -11,10 +11,11 @@ from specdec.cli.render import plan_fit_line, plan_table
 from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import Transport
+from specdec.pipeline.runtime.config import DrafterKind
 
 
 def tune(
-    bundle: Path = typer.Argument(..., help="Bundle to tune (any stage with a draft graph)."),
+    bundle: Path = typer.Argument(..., help="Bundle to tune (any stage; without a draft graph only prompt lookup)."),
     output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write (the input plus the plan)."),
     device: Transport = typer.Option(Transport.local, "--device", help="local or adb."),
     profile: str = typer.Option(None, "--profile", "-p", help="Device profile (default local-cpu / android-generic)."),
@@ -25,6 +26,9 @@ def tune(
     threads: int = typer.Option(None, help="onnxruntime threads on the device (profile's by default)."),
     python: str = typer.Option(None, "--python", help="Python on the device (profile's runtime.python)."),
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", "-n", help="Tokens per calibration reply."),
+    drafter: DrafterKind = typer.Option(None, "--drafter",
+                                        help="Plan for this drafter only (default: measure model, lookup and "
+                                             "model+lookup, as the bundle allows, and choose)."),
     exact_layout: bool = typer.Option(None, "--exact-layout/--tree-layout",
                                       help="Plan chains in the exact layout (default: on for int8-compute bundles)."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
@@ -32,9 +36,9 @@ def tune(
     """Measure the device's cost curve and the bundle's acceptance on it; store the best tree as the plan."""
     config = TuneConfig(output=output, device=device, profile=profile, serial=serial, adb_host=adb_host,
                         adb_port=adb_port, calib=calib, threads=threads, python=python, max_new_tokens=max_new_tokens,
-                        exact_layout=exact_layout, force=force)
+                        drafter=drafter, exact_layout=exact_layout, force=force)
     source = Bundle.load(bundle)
-    with RichProgress().task("tuning on the device (plain timing, verify cost curve, calibration)"):
+    with RichProgress().task("tuning on the device (plain timing, verify cost curve, calibration per drafter)"):
         result, plan = tune_bundle(config, source)
     out.print(plan_table(plan))
     err.print(plan_fit_line(plan))

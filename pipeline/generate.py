@@ -72,7 +72,10 @@ def decode_settings(info: BundleInfo, options: dict[str, Any], profile: DevicePr
     """The settings resolver (pipeline/settings.py) with this bundle's needs, its plan for this machine (tuned
     with `specdec tune --device local` at the same thread count), its buckets and drafts, as bench uses it."""
     model, abi = LocalDevice.identity()
-    plan = info.plan.for_device(device_key("local", model, abi, threads)) if info.plan is not None else None
+    drafter = options.get("drafter")
+    plan = (info.plan.for_device(device_key("local", model, abi, threads),
+                                 getattr(drafter, "value", drafter))
+            if info.plan is not None else None)
     return resolve_decode(options, profile=profile, scenario=scenario, plan=plan, buckets=info.buckets,
                           requirements=bundle_requirements(info.quantization), has_draft="draft" in info.graphs)
 

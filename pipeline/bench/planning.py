@@ -8,6 +8,7 @@ to what the run measured, term by term, and the largest relative miss is named i
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -17,25 +18,40 @@ from specdec.pipeline.records.codec import RecordError, from_dict
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.records.plan import DevicePlan, TuneRequest
 from specdec.pipeline.records.results import PlanReport, PlanTerm
+from specdec.pipeline.runtime.config import DrafterKind
+from specdec.pipeline.runtime.tuning import apply_choice
+from specdec.pipeline.settings import DECODE_KEYS, ResolvedSettings
 
 TREE_SETTINGS = ("tree_budget", "depth", "width")
+LOOKUP_SETTINGS = ("lookup_min_ngram", "lookup_max_ngram")
+# prompt lookup's (min, max) suffix lengths a tuning pass tries when the user fixed neither
+LOOKUP_NGRAMS = ([1, 3], [2, 4])
 
 
-def stored_plan(bundle: Bundle, device: str) -> DevicePlan | None:
+def stored_plan(bundle: Bundle, device: str, drafter: DrafterKind | None = None) -> DevicePlan | None:
+    """The bundle's plan for `device`, unless the run fixed a different drafter than the plan's."""
     plan = bundle.manifest.plan
-    return plan.for_device(device) if plan is not None else None
+    return plan.for_device(device, drafter.value if drafter is not None else None) if plan is not None else None
 
 
 def tune_request(bundle: Bundle, options: Mapping[str, Any], device: str, prompts: list[list[int]],
                  only: bool = False, max_new_tokens: int | None = None) -> TuneRequest | None:
-    """What to tune on the device, or None when there is nothing left to choose."""
+    """What to tune on the device, or None when there is nothing left to choose.
+
+    Settings the user fixed stay fixed: a fixed drafter is the only one calibrated, fixed lookup
+    lengths the only ones tried; with the whole tree fixed there is nothing to plan (unless `only`).
+    """
     pinned = [key for key in TREE_SETTINGS if options.get(key) is not None]
     if options.get("speculative") is False or (len(pinned) == len(TREE_SETTINGS) and not only):
         return None
     table = bundle.manifest.buckets
     budgets = table.sizes("target") if table is not None and table.flavour is GraphFlavour.npu else None
+    drafter = options.get("drafter")
+    lookup_pinned = [key for key in LOOKUP_SETTINGS if options.get(key) is not None]
     request = TuneRequest(prompts=[], device=device, budgets=[b for b in budgets if b >= 2] if budgets else None,
-                          pinned=pinned, only=only)
+                          drafters=[getattr(drafter, "value", str(drafter))] if drafter is not None else [],
+                          lookup_ngrams=[] if lookup_pinned else [list(n) for n in LOOKUP_NGRAMS],
+                          pinned=pinned + (["drafter"] if drafter is not None else []) + lookup_pinned, only=only)
     if max_new_tokens is not None:
         request.max_new_tokens = max_new_tokens
     # Calibration decodes max_new_tokens past the prompt and then verifies trees of up to max_budget nodes:
@@ -46,6 +62,20 @@ def tune_request(bundle: Bundle, options: Mapping[str, Any], device: str, prompt
         room = 2
     request.prompts = [p[-room:] for p in prompts if p]
     return request
+
+
+def with_tuned(settings: ResolvedSettings, tuned: DevicePlan | None, request: TuneRequest | None
+               ) -> ResolvedSettings:
+    """The settings the device decoded with after tuning: the tuned drafter and tree wherever the user
+    fixed neither (what the device runner's `apply_choice` did), their source named `plan (tuned)`."""
+    if tuned is None or request is None:
+        return settings
+    config = apply_choice(settings.config, tuned.choice, frozenset(request.pinned))
+    sources = dict(settings.sources)
+    for key in DECODE_KEYS:
+        if getattr(config, key) != getattr(settings.config, key):
+            sources[key] = "plan (tuned on the device)"
+    return dataclasses.replace(settings, config=config, sources=sources)
 
 
 def _context(bundle: Bundle) -> int:

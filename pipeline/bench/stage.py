@@ -152,10 +152,10 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         info = launch.prepare(device)
         threads = profile.runtime.threads if config.threads is None else config.threads
         key = device_key(config.device.value, info.model, info.abi, threads)
-        plan = planning.stored_plan(bundle, key)
+        plan = planning.stored_plan(bundle, key, config.drafter)
         settings = decode_settings(config, profile, bundle, plan)
         tune = None
-        if plan is None and config.tune and bundle.manifest.graphs.get("draft") is not None:
+        if plan is None and config.tune and settings.config.speculative:
             tune = planning.tune_request(bundle, options_from(config), key,
                                          calibration_prompts(config, codec, prompts))
         sensors = sensor_args(device, profile, config.controllers)
@@ -168,9 +168,10 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
             run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
                                 on_event=on_event, sensors=sensors, launch=launch, info=info)
         run.warnings += settings.notes + sensors.notes + truncated
+        tuned = planning.tuned_plan(run.events)
+        settings = planning.with_tuned(settings, tuned, tune)
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
-        tuned = planning.tuned_plan(run.events)
         used = plan or tuned
         if used is not None:
             source = "bundle" if plan is not None else "tuned on the device"

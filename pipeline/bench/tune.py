@@ -30,6 +30,7 @@ from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.plan import DevicePlan, TunePlan, device_key
 from specdec.pipeline.records.results import RunSpec
+from specdec.pipeline.runtime.config import DrafterKind
 from specdec.pipeline.settings import bundle_requirements, resolve_decode
 from specdec.pipeline.text import TextCodec
 
@@ -49,6 +50,7 @@ class TuneConfig:
     python: str | None = None
     runtime: RuntimeKind | None = None  # None: the profile's runtime.use
     max_new_tokens: int = 48
+    drafter: DrafterKind | None = None  # None: calibrate every drafter the bundle can run
     exact_layout: bool | None = None
     force: bool = False
 
@@ -59,7 +61,7 @@ class TuneConfig:
     def record(self) -> dict[str, Any]:
         return {"device": self.device.value, "profile": self.profile_name, "threads": self.threads,
                 "calib": str(self.calib) if self.calib else None, "max_new_tokens": self.max_new_tokens,
-                "exact_layout": self.exact_layout}
+                "exact_layout": self.exact_layout, "drafter": self.drafter.value if self.drafter else None}
 
 
 def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
@@ -71,18 +73,19 @@ def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
 
 def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | None = None,
                 progress: Progress | None = None) -> tuple[Bundle, DevicePlan]:
-    if source.manifest.graphs.get("draft") is None:
-        raise BundleError(f"bundle '{source.path}' has no draft graph: there is no tree to plan",
-                          "export with --draft, or decode plainly")
+    if config.drafter is not None and config.drafter.needs_model and source.manifest.graphs.get("draft") is None:
+        raise BundleError(f"bundle '{source.path}' has no draft graph, so {setting('drafter')} "
+                          f"{config.drafter.value} cannot run", f"pass {setting('drafter')} lookup, or leave it out")
     if config.max_new_tokens < 8:
         raise InputError(f"{setting('max_new_tokens')} must be at least 8 for calibration", "use 8 or more")
     profile = profiles.load_device(config.profile_name)
     if profile.transport is not config.device:
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}", f"pass {setting('device')} {profile.transport.value}")
-    options = {"exact_layout": config.exact_layout}
+    options = {"exact_layout": config.exact_layout, "drafter": config.drafter}
     settings = resolve_decode(options, profile=profile, buckets=source.manifest.buckets,
-                              requirements=bundle_requirements(source.manifest.quantization))
+                              requirements=bundle_requirements(source.manifest.quantization),
+                              has_draft="draft" in source.manifest.graphs)
     codec = TextCodec(source.tokenizer_dir)
     prompts = _calibration(config, codec)
     # The output is checked (writable, not clobbered) and staged before any device work.

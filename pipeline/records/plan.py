@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdec.pipeline.records.codec import OMIT_DEFAULT
+
 
 @dataclass
 class PlanChoice:
@@ -24,6 +26,8 @@ class PlanChoice:
     expected_tokens: float
     round_ms: float
     predicted_speedup: float
+    # prompt lookup's (min, max) suffix lengths, for drafters that use it
+    lookup_ngrams: list[int] | None = field(default=None, metadata=OMIT_DEFAULT)
 
     @property
     def speculative(self) -> bool:
@@ -50,25 +54,35 @@ class DevicePlan:
     verify_ms: list[tuple[int, float]]  # (tree nodes, ms) as measured
     verify_fit: CostFit
     context: int  # tokens in the cache while verify costs were measured
-    acceptance: dict[str, dict[int, list[float]]]  # by "drafter/width": depth -> P(k-th ranked child accepted)
+    # by calibration ("model/w4", "lookup(1-3)/w2"): depth -> P(k-th ranked child accepted)
+    acceptance: dict[str, dict[int, list[float]]]
     candidates: list[PlanChoice] = field(default_factory=list)
     calibration_rounds: int = 0
     tune_seconds: float = 0.0
 
     def decode_settings(self) -> dict[str, Any]:
         """The decode settings this plan chose, by DecodeConfig field name."""
-        if not self.choice.speculative:
+        choice = self.choice
+        if not choice.speculative:
             return {"speculative": False}
-        return {"tree_budget": self.choice.budget, "depth": self.choice.depth, "width": self.choice.width,
-                "exact_layout": self.exact_layout}
+        settings: dict[str, Any] = {"drafter": choice.drafter, "tree_budget": choice.budget, "depth": choice.depth,
+                                    "width": choice.width, "exact_layout": self.exact_layout}
+        if choice.lookup_ngrams:
+            settings["lookup_min_ngram"], settings["lookup_max_ngram"] = choice.lookup_ngrams
+        return settings
 
 
 @dataclass
 class TunePlan:
     devices: list[DevicePlan] = field(default_factory=list)
 
-    def for_device(self, key: str) -> DevicePlan | None:
-        return next((plan for plan in self.devices if plan.device == key), None)
+    def for_device(self, key: str, drafter: str | None = None) -> DevicePlan | None:
+        """The plan measured on device `key`; None when there is none, or when the run fixed a
+        `drafter` other than the plan's (its tree was chosen for another drafter)."""
+        plan = next((plan for plan in self.devices if plan.device == key), None)
+        if plan is not None and drafter is not None and plan.choice.speculative and plan.choice.drafter != drafter:
+            return None
+        return plan
 
     def with_plan(self, plan: DevicePlan) -> TunePlan:
         """A copy holding `plan` instead of any earlier plan for the same device."""
@@ -82,12 +96,16 @@ class TuneRequest:
     prompts: list[list[int]]
     device: str  # the key the plan is stored under (device_key, computed by the host)
     widths: list[int] = field(default_factory=lambda: [1, 2, 4])
+    # drafters to calibrate (DrafterKind values); empty: every drafter the bundle can run
+    drafters: list[str] = field(default_factory=list, metadata=OMIT_DEFAULT)
+    # prompt lookup's (min, max) suffix lengths to calibrate; empty: the run's own
+    lookup_ngrams: list[list[int]] = field(default_factory=list, metadata=OMIT_DEFAULT)
     max_budget: int = 32
     max_depth: int = 6
     max_new_tokens: int = 48
     repeats: int = 5
     budgets: list[int] | None = None  # tree sizes the bundle can run (static buckets); None: any
-    pinned: list[str] = field(default_factory=list)  # tree settings the user fixed: the plan leaves them
+    pinned: list[str] = field(default_factory=list)  # settings the user fixed (tree, drafter): the plan leaves them
     only: bool = False  # `specdec tune`: measure and plan, no bench
 
 

@@ -14,8 +14,10 @@ Round time = draft levels + target verify of the tree's n nodes + host work; tok
   smaller tree, counterfactually and without a model of the draft. Each round also records the
   time of every draft level and of the host's pruning per level, so a smaller tree's draft and
   host cost is known too.
-- `plan`: maximize E(n, D) * plain_step / (draft(D) + host(D) + c(n)) over the candidate trees;
-  if nothing beats plain decoding by `min_gain` (5 %), plan plain decoding.
+- `plan`: maximize E(n, D) * plain_step / (draft(D) + host(D) + E[c(size of the cut tree)]) over
+  the drafters (model, prompt lookup, both; lookup n-gram lengths) and their candidate trees —
+  a cut tree is smaller than n when the drafter proposed fewer nodes, e.g. lookup without a
+  match; if nothing beats plain decoding by `min_gain` (5 %), plan plain decoding.
 
 Pure numpy-free Python on purpose: it runs on the host (`specdec tune`) and inside the device
 runner (bench tunes during its warm-up), where only the standard library is guaranteed.
@@ -83,14 +85,19 @@ class CalibrationRound:
     prune_ms: tuple[float, ...]  # host pruning after each draft forward
     rest_ms: float  # the round's other host work (selection, verify glue, commit)
 
-    def accepted(self, budget: int, depth: int) -> int:
-        """Drafts accepted had the tree been cut to `budget` nodes (root included) and `depth` levels."""
+    def kept(self, budget: int, depth: int) -> set[int]:
+        """Best-first positions of the nodes a tree cut to `budget` nodes (root included) and `depth` levels keeps."""
         kept: set[int] = set()
         for position, node_depth in enumerate(self.order_depths):
             if len(kept) >= budget - 1:
                 break
             if node_depth <= depth:
                 kept.add(position)
+        return kept
+
+    def accepted(self, budget: int, depth: int) -> int:
+        """Drafts accepted had the tree been cut to `budget` nodes (root included) and `depth` levels."""
+        kept = self.kept(budget, depth)
         accepted = 0
         for position in self.path_positions:
             if position not in kept:
@@ -98,16 +105,29 @@ class CalibrationRound:
             accepted += 1
         return accepted
 
+    def tree_size(self, budget: int, depth: int) -> int:
+        """Nodes that tree would have verified: fewer than `budget` when the drafter proposed fewer
+        (the draft model's early stop, prompt lookup without a match)."""
+        return 1 + len(self.kept(budget, depth))
+
 
 @dataclass(frozen=True)
 class Calibration:
-    """A calibration pass of one drafter configuration (width = frontier expanded per level)."""
+    """A calibration pass of one drafter configuration (width = frontier expanded per level, or
+    lookup chains per round; lookup n-gram lengths where the drafter uses prompt lookup)."""
 
     drafter: str
     width: int
     max_budget: int
     max_depth: int
     rounds: tuple[CalibrationRound, ...]
+    lookup_ngrams: tuple[int, int] | None = None  # (min, max) suffix lengths prompt lookup matched
+
+    @property
+    def name(self) -> str:
+        """`model/w4`, `lookup(1-3)/w2`: the key of its acceptance profile in a plan."""
+        ngrams = f"({self.lookup_ngrams[0]}-{self.lookup_ngrams[1]})" if self.lookup_ngrams else ""
+        return f"{self.drafter}{ngrams}/w{self.width}"
 
     def expected_tokens(self, budget: int, depth: int) -> float:
         if not self.rounds:
@@ -123,6 +143,13 @@ class Calibration:
             levels = min(depth, len(r.draft_ms))
             total += sum(r.draft_ms[:levels]) + sum(r.prune_ms[:levels]) + r.rest_ms
         return total / len(self.rounds)
+
+    def verify_ms(self, budget: int, depth: int, verify: CostCurve, min_rows: int = 1) -> float:
+        """Mean target verify time of the cut trees, each at the size it would have had (a call never
+        has fewer than `min_rows` rows: the exact layout pads a lone root)."""
+        if not self.rounds:
+            return verify(max(budget, min_rows))
+        return sum(verify(max(r.tree_size(budget, depth), min_rows)) for r in self.rounds) / len(self.rounds)
 
     def acceptance_profile(self, max_rank: int = 8) -> dict[int, list[float]]:
         """profile[d][k]: P(the k-th ranked child at depth d is accepted | its parent was accepted).
@@ -152,6 +179,7 @@ class TreeChoice:
     expected_tokens: float  # per round
     round_ms: float
     predicted_speedup: float
+    lookup_ngrams: tuple[int, int] | None = None
 
     @property
     def speculative(self) -> bool:
@@ -170,8 +198,9 @@ class Plan:
 
 
 def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step_ms: float, *,
-              budgets: Iterable[int] | None = None, min_gain: float = MIN_GAIN, keep: int = 8) -> Plan:
-    """The tree maximizing predicted tokens/s; plain decoding unless it wins by `min_gain`."""
+              budgets: Iterable[int] | None = None, min_gain: float = MIN_GAIN, keep: int = 8,
+              min_rows: int = 1) -> Plan:
+    """The drafter and tree maximizing predicted tokens/s; plain decoding unless it wins by `min_gain`."""
     if plain_step_ms <= 0:
         raise ValueError("the plain step time must be positive")
     choices: list[TreeChoice] = []
@@ -182,11 +211,17 @@ def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step
             fixed = calibration.draft_and_host_ms(depth)
             for budget in sizes:
                 tokens = calibration.expected_tokens(budget, depth)
-                round_ms = fixed + verify(budget)
+                round_ms = fixed + calibration.verify_ms(budget, depth, verify, min_rows)
                 speedup = tokens * plain_step_ms / round_ms
                 choices.append(TreeChoice(calibration.drafter, budget, depth, calibration.width,
-                                          round(tokens, 4), round(round_ms, 4), round(speedup, 4)))
+                                          round(tokens, 4), round(round_ms, 4), round(speedup, 4),
+                                          calibration.lookup_ngrams))
     choices.sort(key=lambda c: (-c.predicted_speedup, c.budget, c.depth))
     plain = TreeChoice("none", 1, 0, 0, 1.0, round(plain_step_ms, 4), 1.0)
     best = choices[0] if choices and choices[0].predicted_speedup >= min_gain else plain
-    return Plan(best, plain_step_ms, choices[:keep])
+    # the report shows the best few, and the best of every drafter so the runners-up are visible too
+    shown = choices[:keep]
+    for choice in choices[keep:]:
+        if not any((c.drafter, c.lookup_ngrams) == (choice.drafter, choice.lookup_ngrams) for c in shown):
+            shown.append(choice)
+    return Plan(best, plain_step_ms, shown)

@@ -5,9 +5,10 @@ bench runner), torch-free:
 
 1. plain decoding of the calibration prompts gives the plain step time (host work included);
 2. the target's verify time c(n) is timed for trees of n nodes at the calibration context;
-3. one calibration pass per drafter width decodes the prompts speculatively with a generous tree
-   and records every round the planner needs (planner.CalibrationRound);
-4. planner.plan_tree picks the tree, or plain decoding.
+3. one calibration pass per drafter configuration (the draft model, prompt lookup with a few
+   n-gram lengths, both; a few widths each) decodes the prompts speculatively with a generous
+   tree and records every round the planner needs (planner.CalibrationRound);
+4. planner.plan_tree picks the drafter and the tree, or plain decoding.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice, TuneRequest
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.planner import Calibration, CalibrationRound, CostCurve, Plan, TreeChoice, plan_tree
 from specdec.pipeline.runtime.rng import Randomness
@@ -37,11 +39,57 @@ VERIFY_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 
 @dataclass(frozen=True)
 class TuneSettings:
-    widths: tuple[int, ...] = (1, 2, 4)
+    widths: tuple[int, ...] = (1, 2, 4)  # the draft model's frontier
+    lookup_widths: tuple[int, ...] = (1, 2)  # prompt lookup's chains per round
+    mixed_widths: tuple[int, ...] = (2, 4)  # model+lookup: the model's frontier, lookup chains as extra branches
+    # prompt lookup's (min, max) suffix lengths; empty: the run's own
+    lookup_ngrams: tuple[tuple[int, int], ...] = ((1, 3), (2, 4))
+    drafters: tuple[DrafterKind, ...] = tuple(DrafterKind)  # those the bundle can run are calibrated
     max_budget: int = 32
     max_depth: int = 6
     max_new_tokens: int = 48
     repeats: int = 5  # timing repetitions per verify size (median)
+
+    def exact(self) -> TuneSettings:
+        """The exact layout verifies chains only: width 1 for every drafter."""
+        return dataclasses.replace(self, widths=(1,), lookup_widths=(1,), mixed_widths=(1,))
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """One calibration pass: a drafter, its width, and prompt lookup's n-gram lengths if it uses lookup."""
+
+    drafter: DrafterKind
+    width: int
+    lookup_ngrams: tuple[int, int] | None = None
+
+    def config(self, base: DecodeConfig, max_budget: int) -> DecodeConfig:
+        config = dataclasses.replace(base, drafter=self.drafter, tree_budget=max_budget, width=self.width)
+        if self.lookup_ngrams is not None:
+            config = dataclasses.replace(config, lookup_min_ngram=self.lookup_ngrams[0],
+                                         lookup_max_ngram=self.lookup_ngrams[1])
+        return config
+
+    def label(self) -> str:
+        ngrams = f", n-grams {self.lookup_ngrams[0]}-{self.lookup_ngrams[1]}" if self.lookup_ngrams else ""
+        return f"{self.drafter.value}, width {self.width}{ngrams}"
+
+
+def calibration_specs(settings: TuneSettings, config: DecodeConfig, has_draft: bool) -> list[CalibrationSpec]:
+    """The passes to run: every drafter of `settings` this bundle can run (the model needs a draft graph)."""
+    own = (config.lookup_min_ngram, config.lookup_max_ngram)
+    ngrams = settings.lookup_ngrams or (own,)
+    widths = {DrafterKind.model: settings.widths, DrafterKind.lookup: settings.lookup_widths,
+              DrafterKind.model_lookup: settings.mixed_widths}
+    specs: list[CalibrationSpec] = []
+    for drafter in settings.drafters:
+        if drafter.needs_model and not has_draft:
+            continue
+        # model+lookup grafts the run's own lookup: one more n-gram axis would double its passes for little
+        lookups: tuple[tuple[int, int] | None, ...] = (
+            (None,) if not drafter.uses_lookup else ngrams if drafter is DrafterKind.lookup else (own,))
+        specs += [CalibrationSpec(drafter, width, lookup) for lookup in lookups for width in widths[drafter]]
+    return specs
 
 
 @dataclass
@@ -59,7 +107,7 @@ class TuneResult:
             "plan": self.plan.as_dict(), "verify_cost": self.verify.as_dict(),
             "plain_step_ms": round(self.plain_step_ms, 4), "context": self.context,
             "tune_seconds": round(self.seconds, 2), "notes": self.notes,
-            "calibration": [{"drafter": c.drafter, "width": c.width, "max_budget": c.max_budget,
+            "calibration": [{"name": c.name, "drafter": c.drafter, "width": c.width, "max_budget": c.max_budget,
                              "max_depth": c.max_depth, "rounds": len(c.rounds),
                              "acceptance_profile": c.acceptance_profile()} for c in self.calibrations],
         }
@@ -145,38 +193,62 @@ def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, set
     verify = verify_cost(engine, context, base, sizes, settings.repeats)
     calibrations: list[Calibration] = []
     notes: list[str] = []
-    if engine.drafter is not None:
-        for width in settings.widths:
-            step(f"calibrating acceptance (width {width})")
-            wide = dataclasses.replace(base, tree_budget=max_budget, width=width)
-            rounds = [calibration_round(r) for prompt in prompts
-                      for r in engine.generate(prompt, wide).speculative_rounds]
-            calibrations.append(Calibration("model", width, max_budget, settings.max_depth, tuple(rounds)))
-    else:
-        notes.append("the bundle has no draft graph: plain decoding")
-    plan = plan_tree(calibrations, verify, plain_ms, budgets=budgets)
+    specs = calibration_specs(settings, base, has_draft=engine.drafter is not None)
+    if not specs:
+        notes.append("no drafter this bundle can run was asked for: plain decoding")
+    for spec in specs:
+        step(f"calibrating acceptance ({spec.label()})")
+        wide = spec.config(base, max_budget)
+        rounds = [calibration_round(r) for prompt in prompts for r in engine.generate(prompt, wide).speculative_rounds]
+        calibrations.append(Calibration(spec.drafter.value, spec.width, max_budget, settings.max_depth, tuple(rounds),
+                                        spec.lookup_ngrams))
+    # a lone root still costs two rows in the exact layout (a plain step's padding)
+    plan = plan_tree(calibrations, verify, plain_ms, budgets=budgets, min_rows=2 if base.exact_layout else 1)
     return TuneResult(plan, verify, plain_ms, calibrations, len(context), time.perf_counter() - started, notes)
 
 
-def apply_choice(config: DecodeConfig, choice: TreeChoice, pinned: frozenset[str] = frozenset()) -> DecodeConfig:
-    """`config` with a plan's tree, except the fields the user fixed (`pinned`: tree_budget/depth/width).
+class Choice(Protocol):
+    """A planned drafter and tree: planner.TreeChoice on the device, records.plan.PlanChoice on the host."""
 
-    A plan of plain decoding turns speculation off unless the user fixed a tree field.
+    @property
+    def drafter(self) -> str: ...
+    @property
+    def budget(self) -> int: ...
+    @property
+    def depth(self) -> int: ...
+    @property
+    def width(self) -> int: ...
+    @property
+    def lookup_ngrams(self) -> Sequence[int] | None: ...
+    @property
+    def speculative(self) -> bool: ...
+
+
+def apply_choice(config: DecodeConfig, choice: Choice, pinned: frozenset[str] = frozenset()) -> DecodeConfig:
+    """`config` with a plan's drafter and tree, except the fields the user fixed (`pinned`: tree_budget,
+    depth, width, drafter, lookup_min_ngram, lookup_max_ngram).
+
+    A plan of plain decoding turns speculation off unless the user fixed a tree field or the drafter.
     """
     if not choice.speculative:
         return config if pinned else dataclasses.replace(config, speculative=False)
-    return dataclasses.replace(
-        config, tree_budget=config.tree_budget if "tree_budget" in pinned else choice.budget,
-        depth=config.depth if "depth" in pinned else choice.depth,
-        width=config.width if "width" in pinned else choice.width)
+    chosen: dict[str, Any] = {"tree_budget": choice.budget, "depth": choice.depth, "width": choice.width,
+                                 "drafter": DrafterKind(choice.drafter)}
+    if choice.lookup_ngrams is not None:
+        chosen["lookup_min_ngram"], chosen["lookup_max_ngram"] = choice.lookup_ngrams
+    return dataclasses.replace(config, **{k: v for k, v in chosen.items() if k not in pinned})
 
 
 def run_request(engine: Engine, request: TuneRequest, config: DecodeConfig,
                 on_step: Callable[[str], None] | None = None) -> TuneResult:
     """Tune as `run.json` asks (records.plan.TuneRequest); `config` is the run's speculative config."""
-    widths = (1,) if config.exact_layout else tuple(request.widths)  # exact layout: chains only
-    settings = TuneSettings(widths=widths, max_budget=request.max_budget, max_depth=request.max_depth,
-                            max_new_tokens=request.max_new_tokens, repeats=request.repeats)
+    settings = TuneSettings(widths=tuple(request.widths), max_budget=request.max_budget, max_depth=request.max_depth,
+                            max_new_tokens=request.max_new_tokens, repeats=request.repeats,
+                            lookup_ngrams=tuple((int(lo), int(hi)) for lo, hi in request.lookup_ngrams))
+    if request.drafters:
+        settings = dataclasses.replace(settings, drafters=tuple(DrafterKind(d) for d in request.drafters))
+    if config.exact_layout:  # chains only
+        settings = settings.exact()
     return tune(engine, request.prompts, config, settings, budgets=request.budgets, on_step=on_step)
 
 
@@ -185,12 +257,13 @@ def device_plan(result: TuneResult, *, device: str, threads: int, exact_layout: 
     intercept, slope, residual = result.verify.linear_fit()
 
     def choice(c: TreeChoice) -> PlanChoice:
-        return PlanChoice(c.drafter, c.budget, c.depth, c.width, c.expected_tokens, c.round_ms, c.predicted_speedup)
+        return PlanChoice(c.drafter, c.budget, c.depth, c.width, c.expected_tokens, c.round_ms, c.predicted_speedup,
+                          list(c.lookup_ngrams) if c.lookup_ngrams else None)
 
     return DevicePlan(
         device=device, created=created, threads=threads, exact_layout=exact_layout, choice=choice(result.plan.choice),
         plain_step_ms=round(result.plain_step_ms, 4), verify_ms=[(n, round(ms, 4)) for n, ms in result.verify.points],
         verify_fit=CostFit(round(intercept, 4), round(slope, 4), round(residual, 4)), context=result.context,
-        acceptance={f"{c.drafter}/w{c.width}": c.acceptance_profile() for c in result.calibrations},
+        acceptance={c.name: c.acceptance_profile() for c in result.calibrations},
         candidates=[choice(c) for c in result.plan.candidates],
         calibration_rounds=sum(len(c.rounds) for c in result.calibrations), tune_seconds=round(result.seconds, 2))

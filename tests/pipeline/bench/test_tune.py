@@ -16,6 +16,7 @@ from specdec.pipeline.errors import BundleError
 from specdec.pipeline.generate import decode_settings
 from specdec.pipeline.profiles import load_device
 from specdec.pipeline.records.plan import device_key
+from specdec.pipeline.runtime.config import DrafterKind
 from specdec.pipeline.runtime.manifest import read_bundle
 
 runner = CliRunner()
@@ -82,12 +83,39 @@ def test_cli_tune_and_bad_input(bench_bundle_cpu, bundle_factory, tmp_path: Path
     assert "plan for local/" in result.output and (tmp_path / "t" / "manifest.json").exists()
     again = runner.invoke(app, ["tune", str(bench_bundle_cpu.path), "-o", str(tmp_path / "t")])
     assert again.exit_code == 2 and "already exists" in again.output
+    target_only = Bundle.load(bench_bundle_cpu.path)
+    target_only.manifest.graphs.pop("draft")
     with pytest.raises(BundleError, match="no draft graph"):
-        from specdec.pipeline.bundle import Bundle as B
-        bundle = B.load(bench_bundle_cpu.path)
-        bundle.manifest.graphs.pop("draft")
-        tune_bundle(TuneConfig(output=tmp_path / "x"), bundle)
+        tune_bundle(TuneConfig(output=tmp_path / "x", drafter=DrafterKind.model), target_only)
     assert not (tmp_path / "x").exists()
+
+
+def test_tune_without_a_draft_graph_plans_prompt_lookup(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from specdec.pipeline.export.stage import ExportConfig, export_bundle
+
+    target, _ = pair_factory("llama")
+    target_only = export_bundle(ExportConfig(target=str(target), output=tmp_path / "b"))
+    _, plan = tune_bundle(TuneConfig(output=tmp_path / "t", max_new_tokens=12), target_only)
+    assert set(plan.acceptance) == {"lookup(1-3)/w1", "lookup(1-3)/w2", "lookup(2-4)/w1", "lookup(2-4)/w2"}
+    assert plan.choice.drafter in ("lookup", "none")
+
+
+def test_bench_with_a_fixed_drafter_tunes_that_drafter(bench_bundle_cpu, tuned, prompts_file: Path,
+                                                       tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bundle, plan = tuned
+    other = next(d for d in ("lookup", "model") if d != plan.choice.drafter)
+    # the stored plan is for another drafter: its tree is not used, the device tunes the asked one
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2, max_new_tokens=10,
+                                    drafter=DrafterKind(other)), bundle)
+    report = outcome.results.plan
+    assert report is not None and report.source == "tuned on the device" and report.tuned is not None
+    assert {key.split("(")[0].split("/")[0] for key in report.tuned.acceptance} == {other}
+    decode = outcome.results.config.decode
+    assert decode.drafter is DrafterKind(other) and outcome.results.config.sources["drafter"] == "options"
+    if report.choice.speculative:  # the tree the device ran is the tuned one, and the results say so
+        assert decode.tree_budget == report.choice.budget
+        assert outcome.results.config.sources["tree_budget"] == "plan (tuned on the device)"
+    assert outcome.results.lossless.equal
 
 
 def test_inspect_shows_the_plan(tuned) -> None:  # type: ignore[no-untyped-def]

@@ -88,3 +88,18 @@ def test_acceptance_profile_by_depth_and_rank() -> None:
     profile = calibration.acceptance_profile(max_rank=2)
     assert profile[1] == [0.5, 0.25]  # of 4 roots: rank 0 accepted twice, rank 1 once
     assert profile[2] == [1 / 3, 1 / 3] or profile[2] == [0.3333, 0.3333]
+
+
+def test_rounds_that_proposed_less_cost_a_smaller_verify() -> None:
+    """Prompt lookup without a match verifies the root alone: the plan charges c(1), not c(budget)."""
+    hit = CalibrationRound((1, 2, 3), (0, 1, 2), (0, 0, 0), (), (), 0.05)
+    miss = CalibrationRound((), (), (), (), (), 0.05)
+    lookup = Calibration("lookup", 1, 4, 3, (hit, miss, miss, miss), lookup_ngrams=(1, 3))
+    assert [r.tree_size(4, 3) for r in lookup.rounds] == [4, 1, 1, 1]
+    curve = CostCurve(((1, 10.0), (4, 16.0)))
+    assert lookup.verify_ms(4, 3, curve) == (16.0 + 3 * 10.0) / 4
+    assert lookup.verify_ms(4, 3, curve, min_rows=2) == (16.0 + 3 * 12.0) / 4  # the exact layout pads a lone root
+    plan = plan_tree([lookup], curve, plain_step_ms=10.0)
+    # 1 + 3/4 tokens per round for 0.05 + 11.5 ms: 1.52x, where charging every round c(4) would say 1.09x
+    assert plan.choice.drafter == "lookup" and plan.choice.lookup_ngrams == (1, 3)
+    assert plan.choice.predicted_speedup == pytest.approx(1.75 * 10.0 / 11.55, abs=1e-3)

@@ -6,12 +6,20 @@ import dataclasses
 
 import numpy as np
 
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.planner import TreeChoice
-from specdec.pipeline.runtime.tuning import TuneSettings, apply_choice, calibration_round, tune
+from specdec.pipeline.runtime.tuning import (
+    CalibrationSpec,
+    TuneSettings,
+    apply_choice,
+    calibration_round,
+    calibration_specs,
+    tune,
+)
 
-SMALL = TuneSettings(widths=(1, 2), max_budget=8, max_depth=3, max_new_tokens=12, repeats=2)
+SMALL = TuneSettings(widths=(1, 2), max_budget=8, max_depth=3, max_new_tokens=12, repeats=2,
+                     drafters=(DrafterKind.model,))
 
 
 def _prompts(vocab: int) -> list[list[int]]:
@@ -57,9 +65,57 @@ def test_exact_layout_calibrates_chains(bundle_factory) -> None:  # type: ignore
     request = TuneRequest(prompts=_prompts(engine.vocab), device="test", max_budget=6, max_depth=4, max_new_tokens=10,
                           repeats=1)
     result = run_request(engine, request, DecodeConfig(exact_layout=True))
-    assert [c.width for c in result.calibrations] == [1]
-    for r in result.calibrations[0].rounds:
-        assert list(r.order_depths) == list(range(1, len(r.order_depths) + 1))  # a chain
+    assert [c.name for c in result.calibrations] == ["model/w1", "lookup(1-3)/w1", "model+lookup(1-3)/w1"]
+    for calibration in result.calibrations:
+        for r in calibration.rounds:
+            assert list(r.order_depths) == list(range(1, len(r.order_depths) + 1))  # a chain
+
+
+def _repeating_prompts(vocab: int) -> list[list[int]]:
+    """Prompts that repeat themselves, so prompt lookup finds matches."""
+    rng = np.random.default_rng(1)
+    return [(rng.integers(1, vocab, size=5).tolist() * 3) for _ in range(2)]
+
+
+def test_tune_calibrates_every_drafter_and_plans_across_them(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    settings = dataclasses.replace(SMALL, drafters=tuple(DrafterKind), lookup_widths=(1,), mixed_widths=(2,),
+                                   lookup_ngrams=((1, 3), (2, 4)))
+    result = tune(engine, _repeating_prompts(engine.vocab), DecodeConfig(), settings)
+    names = [c.name for c in result.calibrations]
+    assert names == ["model/w1", "model/w2", "lookup(1-3)/w1", "lookup(2-4)/w1", "model+lookup(1-3)/w2"]
+    lookup = result.calibrations[2]
+    assert lookup.rounds and all(not r.draft_ms for r in lookup.rounds)  # no model call
+    # some rounds proposed nothing: the planner charges them a one-node verify, not the budget
+    sizes = [r.tree_size(8, 3) for r in lookup.rounds]
+    assert min(sizes) >= 1 and max(sizes) <= 8
+    drafters = {c.drafter for c in result.plan.candidates}
+    assert {"model", "lookup", "model+lookup"} <= drafters  # the best of each is reported
+    choice = result.plan.choice
+    assert choice.predicted_speedup >= 1.0
+    if choice.drafter == "lookup":
+        assert choice.lookup_ngrams in ((1, 3), (2, 4))
+
+
+def test_target_only_bundles_calibrate_lookup(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    specs = calibration_specs(TuneSettings(), DecodeConfig(), has_draft=False)
+    assert specs and {s.drafter for s in specs} == {DrafterKind.lookup}
+    assert {s.lookup_ngrams for s in specs} == {(1, 3), (2, 4)}
+    own = calibration_specs(TuneSettings(lookup_ngrams=()), DecodeConfig(lookup_min_ngram=2, lookup_max_ngram=5),
+                            has_draft=True)
+    assert {s.lookup_ngrams for s in own if s.drafter.uses_lookup} == {(2, 5)}
+    assert CalibrationSpec(DrafterKind.lookup, 2, (2, 4)).config(DecodeConfig(), 12) == DecodeConfig(
+        drafter=DrafterKind.lookup, tree_budget=12, width=2, lookup_min_ngram=2, lookup_max_ngram=4)
+
+
+def test_apply_choice_sets_the_drafter_unless_pinned() -> None:
+    base = DecodeConfig()
+    tree = TreeChoice("lookup", budget=6, depth=5, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.4,
+                      lookup_ngrams=(2, 4))
+    applied = apply_choice(base, tree)
+    assert (applied.drafter, applied.lookup_min_ngram, applied.lookup_max_ngram) == (DrafterKind.lookup, 2, 4)
+    pinned = apply_choice(base, tree, frozenset({"drafter", "lookup_min_ngram"}))
+    assert (pinned.drafter, pinned.lookup_min_ngram, pinned.lookup_max_ngram) == (DrafterKind.model, 1, 4)
 
 
 def test_apply_choice_respects_pinned_fields() -> None:
