@@ -159,7 +159,8 @@ def test_bench_of_a_target_only_bundle_drafts_with_lookup(pair_factory, copying_
     result = runner.invoke(app, ["export", str(target), "-o", str(tmp_path / "b"), "--no-validate"])
     assert result.exit_code == 0 and "target only" in result.output, result.output
     bundle = Bundle.load(tmp_path / "b")
-    outcome = run_bench(BenchConfig(output=tmp_path / "r", prompts=copying_prompts, max_new_tokens=16), bundle)
+    outcome = run_bench(BenchConfig(output=tmp_path / "r", prompts=copying_prompts, max_new_tokens=16, tune=False),
+                        bundle)
     results = outcome.results
     assert results.config.decode.drafter.value == "lookup" and results.config.sources["drafter"].startswith("bundle")
     assert any("needs a draft graph" in w for w in results.warnings)

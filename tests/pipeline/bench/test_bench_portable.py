@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,8 @@ def _device_files(device: StandinDevice) -> set[str]:
 
 def _bench(device: StandinDevice, bundle: Path, prompts: Path, out: Path) -> dict[str, Any]:
     result = CliRunner().invoke(app, ["bench", str(bundle), "--device", "adb", "-s", device.serial,
-                                      "--prompts", str(prompts), "--limit", "1", "-n", "8", "--out", str(out)])
+                                      "--prompts", str(prompts), "--limit", "1", "-n", "8", "--no-tune",
+                                      "--out", str(out)])
     assert result.exit_code == 0, result.output
     data: dict[str, Any] = json.loads((out / "results.json").read_text())
     return data
@@ -108,7 +110,7 @@ def test_ctrl_c_and_device_loss_keep_the_runtime(arm_phone: tuple[StandinDevice,
                                                  prompts_file: Path, adb_environ: AdbServer, tmp_path: Path) -> None:
     device, archive = arm_phone
     config = BenchConfig(output=tmp_path / "out", device=Transport.adb, serial=device.serial, prompts=prompts_file,
-                         limit=2, max_new_tokens=16, cooldown=False)
+                         limit=2, max_new_tokens=16, cooldown=False, tune=False)
 
     def interrupt(event: dict[str, object]) -> None:
         if event.get("type") == "reply":
@@ -130,7 +132,12 @@ def test_ctrl_c_and_device_loss_keep_the_runtime(arm_phone: tuple[StandinDevice,
     adb_environ.connect(device)
     assert _intact(device, archive)
     assert len(_run_dirs(device)) == 1  # nothing could reach the device to remove it ...
-    sweep_stale_runs(AdbDevice(serial=device.serial), new_run_id())  # ... so the next run does
+    # ... so the next run does, once the orphaned runner (still decoding on the stand-in, which a real
+    # phone's reboot would have killed) has ended: a dir with a live job is never swept
+    deadline = time.monotonic() + 180
+    while sweep_stale_runs(AdbDevice(serial=device.serial), new_run_id()) == [] and _run_dirs(device):
+        assert time.monotonic() < deadline, "the orphaned runner never ended"
+        time.sleep(1)
     assert _run_dirs(device) == []
 
 
