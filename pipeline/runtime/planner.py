@@ -220,8 +220,14 @@ def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step
     plain = TreeChoice("none", 1, 0, 0, 1.0, round(plain_step_ms, 4), 1.0)
     best = choices[0] if choices and choices[0].predicted_speedup >= min_gain else plain
     # the report shows the best few, and the best of every drafter so the runners-up are visible too
-    shown = choices[:keep]
-    for choice in choices[keep:]:
-        if not any((c.drafter, c.lookup_ngrams) == (choice.drafter, choice.lookup_ngrams) for c in shown):
+    # (a larger budget the drafter never filled predicts the same as the smaller one: shown once)
+    shown: list[TreeChoice] = []
+    for choice in choices:
+        same_drafter = [c for c in shown if (c.drafter, c.lookup_ngrams) == (choice.drafter, choice.lookup_ngrams)]
+        if any((c.depth, c.width, c.expected_tokens, c.round_ms) == (choice.depth, choice.width,
+                                                                    choice.expected_tokens, choice.round_ms)
+               for c in same_drafter):
+            continue
+        if len(shown) < keep or not same_drafter:
             shown.append(choice)
     return Plan(best, plain_step_ms, shown)
