@@ -78,9 +78,10 @@ class TunePlan:
 
     def for_device(self, key: str, drafter: str | None = None) -> DevicePlan | None:
         """The plan measured on device `key`; None when there is none, or when the run fixed a
-        `drafter` other than the plan's (its tree was chosen for another drafter)."""
+        `drafter` other than the plan's (its tree was chosen for another drafter, or it chose plain
+        decoding over drafters the user did not ask for: the asked one is tuned on its own)."""
         plan = next((plan for plan in self.devices if plan.device == key), None)
-        if plan is not None and drafter is not None and plan.choice.speculative and plan.choice.drafter != drafter:
+        if plan is not None and drafter is not None and plan.choice.drafter != drafter:
             return None
         return plan
 
