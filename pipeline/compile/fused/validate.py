@@ -5,6 +5,12 @@ Both graphs are driven through the runtime's own runners (`DynamicRunner` with i
 a branching token tree on that past, a commit of one of its paths, and a decode step. Logits
 are compared relative to max(1, max|reference|) (a different q re-associates float sums); the
 custom ops' outputs must be identical.
+
+Graphs that compute in int8 (MatMulNBits accuracy level 4) quantize every activation row: the
+last-bit differences a fused op makes (a fused norm, a packed projection) move some values
+across a rounding step, so their logits get the INT4 tolerance, and the custom ops' outputs are
+compared wherever both graphs rank each row's top candidates the same (elsewhere the ops
+legitimately choose differently, as any two int8 graphs would).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from specdec.pipeline.runtime.tree import ancestor_matrix
 
 FP32_TOLERANCE = 1e-5
 FP16_TOLERANCE = 2e-2
+INT8_COMPUTE_TOLERANCE = 2e-2
+_RANKED = 8  # candidates per row whose order decides the ops (the prune op's max_k)
 TREE_PARENTS = np.array([-1, 0, 0, 1, 1, 2, 4, 6], np.int64)
 _PROMPT = 11
 
@@ -46,8 +54,19 @@ def _outputs(runner: Runner) -> tuple[str, ...]:
     return ()
 
 
-def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int = 0) -> float:
+def _same_ranking(got: np.ndarray, want: np.ndarray) -> bool:
+    top = min(_RANKED, want.shape[-1])
+    return bool(np.array_equal(np.argsort(-got, axis=-1, kind="stable")[..., :top],
+                               np.argsort(-want, axis=-1, kind="stable")[..., :top]))
+
+
+def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int = 0,
+                   int8_compute: bool = False) -> float:
     """Worst relative logits difference of `fused` vs the dynamic graph; raises beyond tolerance."""
+    if int8_compute:
+        tolerance = INT8_COMPUTE_TOLERANCE
+    else:
+        tolerance = FP16_TOLERANCE if fused.dtype == np.float16 else FP32_TOLERANCE
     reference = DynamicRunner(dynamic, SessionOptions(threads=1))
     rng = np.random.default_rng(seed)
     prompt = rng.integers(0, vocab, _PROMPT)
@@ -74,10 +93,11 @@ def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int =
                                      extra_inputs=op_inputs or None, extra_outputs=names)
         assert want is not None and got is not None
         diff = _relative(got, want)
-        if not np.isfinite(diff) or diff > (FP16_TOLERANCE if fused.dtype == np.float16 else FP32_TOLERANCE):
+        if not np.isfinite(diff) or diff > tolerance:
             raise ValidationError(f"fused {dynamic.role} graph: {case} logits differ from the dynamic graph by "
                                   f"{diff:.3g} (relative)", "report this with SPECDEC_DEBUG=1 output")
-        for name in names:
+        compare_ops = not int8_compute or _same_ranking(got, want)
+        for name in names if compare_ops else ():
             if not np.array_equal(got_ops[name], want_ops[name]):
                 raise ValidationError(f"fused {dynamic.role} graph: {case} custom-op output '{name}' differs from "
                                       "the dynamic graph", "report this with SPECDEC_DEBUG=1 output")
