@@ -58,16 +58,24 @@ def checkpoints(target: str) -> tuple[Path, Path]:
     return realistic_pair()
 
 
-def genai_model(checkpoint: Path, precision: str, threads: int, root: Path) -> Path | str:
+# genai's int4 variants: (name suffix, the builder's --extra_options); its default is block 32, symmetric,
+# and the same 128-block asymmetric format as specdec's fastest verify format (benchmarks/formats.py)
+GENAI_INT4 = (("", ()), (" b128-zp", ("block_size=128", "is_symmetric=false")))
+
+
+def genai_model(checkpoint: Path, precision: str, threads: int, root: Path,
+                extra: tuple[str, ...] = ()) -> Path | str:
     """onnxruntime-genai's builder output (cached), or why it is unavailable."""
     try:
         import onnxruntime_genai  # noqa: F401
     except ImportError:
         return "onnxruntime-genai is not installed (pip install 'specdec[peers]')"
-    out = root / f"genai-{precision}"
+    out = root / "-".join(["genai", precision, *[e.replace("=", "") for e in extra]])
     if not (out / "genai_config.json").is_file():
         command = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(checkpoint), "-o", str(out),
                    "-p", precision, "-e", "cpu", "-c", str(root / "genai-cache")]
+        if extra:
+            command += ["--extra_options", *extra]
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             return f"the genai builder failed: {(result.stderr or result.stdout).strip().splitlines()[-1:]}"
@@ -112,12 +120,16 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bo
     surgered = cached("surgery", lambda p: surgery_bundle(SurgeryConfig(output=p), exported))
     int4 = cached("int4", lambda p: quantize_bundle(QuantizeConfig(
         output=p, method=Method.rtn, group_size=32, symmetric=True, accuracy_level=4, head_bits=4), surgered))
+    int4_b128 = cached("int4-b128-zp", lambda p: quantize_bundle(QuantizeConfig(
+        output=p, method=Method.rtn, group_size=128, symmetric=False, accuracy_level=4, head_bits=4), surgered))
     compiled = {
         "generic fp32": surgered,
         "cpu fp32": cached("cpu-fp32", lambda p: compile_bundle(
             CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), surgered)),
         "cpu int4": cached("cpu-int4", lambda p: compile_bundle(
             CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4)),
+        "cpu b128-zp int4": cached("cpu-int4-b128-zp", lambda p: compile_bundle(
+            CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4_b128)),
     }
     if npu:
         compiled["npu fp32"] = cached("npu-fp32", lambda p: compile_bundle(
@@ -170,12 +182,12 @@ def main() -> None:
     ids = prompts(target, args.prompts)
     configs: list[Config] = []
     missing: list[str] = []
-    for precision in ("fp32", "int4"):
-        model = genai_model(target, precision, args.threads, root)
+    for precision, suffix, extra in [("fp32", "", ()), *[("int4", suffix, extra) for suffix, extra in GENAI_INT4]]:
+        model = genai_model(target, precision, args.threads, root, tuple(extra))
         if isinstance(model, str):
-            missing.append(f"onnxruntime-genai {precision}: {model}")
+            missing.append(f"onnxruntime-genai {precision}{suffix}: {model}")
         else:
-            configs.append(Config(f"onnxruntime-genai {precision}", "genai", precision, "plain", str(model)))
+            configs.append(Config(f"onnxruntime-genai{suffix} {precision}", "genai", precision, "plain", str(model)))
     optimum = optimum_model(target, args.optimum_python, root)
     if isinstance(optimum, str):
         missing.append(f"optimum-onnx: {optimum}")
@@ -215,7 +227,8 @@ def report(configs: list[Config]) -> list[dict[str, Any]]:
 
     genai = {p: median(f"onnxruntime-genai {p}") for p in ("fp32", "int4")}
     rows = []
-    print("\n| runtime | precision | mode | tok/s | × genai fp32 | × genai same precision |\n|---|---|---|---|---|---|")
+    print("\n| runtime | precision | mode | tok/s | × genai fp32 | × genai same precision | × own plain |\n"
+          "|---|---|---|---|---|---|---|")
     for config in configs:
         value = median(config.name)
         row = {"name": config.name, "precision": config.precision, "mode": config.mode, "tok_s": value,
@@ -225,6 +238,8 @@ def report(configs: list[Config]) -> list[dict[str, Any]]:
         plain = by_name.get(config.name.replace("speculative (tuned)", "plain"))
         if config.mode == "speculative" and plain is not None and plain.outputs:
             row["identical_to_plain"] = sum(a == b for a, b in zip(config.outputs, plain.outputs, strict=False))
+            plain_rate = median(plain.name)
+            row["vs_own_plain"] = value / plain_rate if value and plain_rate else None
         rows.append(row)
 
         def fmt(x: float | None) -> str:
@@ -232,7 +247,7 @@ def report(configs: list[Config]) -> list[dict[str, Any]]:
 
         same = f" ({row['identical_to_plain']}/{len(plain.outputs)} identical)" if "identical_to_plain" in row else ""
         print(f"| {config.name}{same} | {config.precision} | {config.mode} | {fmt(value)} | "
-              f"{fmt(row['vs_genai_fp32'])} | {fmt(row['vs_genai_same'])} |")
+              f"{fmt(row['vs_genai_fp32'])} | {fmt(row['vs_genai_same'])} | {fmt(row.get('vs_own_plain'))} |")
     return rows
 
 

@@ -2,8 +2,10 @@
 
 `specdec tune` measures the cost curve and the acceptance and picks a tree; this script checks the
 pick by brute force: it decodes the same prompts with every fixed tree of a grid (budgets 2…32 ×
-depths 1…8, frontier width from the plan) and with plain decoding, and reports the planned tree's
-tokens/s as a fraction of the grid's best, plus predicted vs measured speedup for the plan.
+depths 1…8, the plan's drafter and frontier width) and with plain decoding, and reports the planned
+tree's tokens/s as a fraction of the grid's best, plus predicted vs measured speedup for the plan.
+Plain decoding and the plan are re-measured before every budget row (medians reported), since this
+VM's speed drifts over the minutes the grid takes.
 
     .venv/bin/python benchmarks/tree_planner.py [--bundle PATH | --target realistic|demo] [--threads 2]
 
@@ -13,6 +15,7 @@ With no --bundle the realistic (or demo) pair is exported, surgered and compiled
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -27,6 +30,7 @@ from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, 
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.tuning import apply_choice
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 from specdec.pipeline.text import TextCodec
 
@@ -70,34 +74,48 @@ def main() -> None:
     engine.eos = set()  # every run decodes the same number of tokens
     codec = TextCodec(engine.info.tokenizer_dir)
     ids = [codec.encode(text) for text in prompts(args.prompts)]
-    plain, plain_out = tokens_per_s(engine, ids, DecodeConfig(max_new_tokens=args.tokens, speculative=False,
-                                                              exact_layout=plan.exact_layout), args.repeats)
-    width = max(plan.choice.width, 1)
+    # The plan's drafter and lookup lengths for the grid too: the grid varies the tree only.
+    base = apply_choice(DecodeConfig(max_new_tokens=args.tokens, exact_layout=plan.exact_layout), plan.choice)
+    plain_config = dataclasses.replace(base, speculative=False)
+    choice = plan.choice
+    planned_config = base if choice.speculative else plain_config
+    # This VM's speed drifts over minutes: plain and the plan are measured again before every
+    # budget of the grid, and their medians are what the grid is compared with.
+    plain_rates: list[float] = []
+    planned_rates: list[float] = []
+    plain_out: list[Any] = []
+
+    def checkpoint() -> None:
+        nonlocal plain_out
+        rate, plain_out = tokens_per_s(engine, ids, plain_config, args.repeats)
+        plain_rates.append(rate)
+        planned_rates.append(tokens_per_s(engine, ids, planned_config, args.repeats)[0])
+
+    width = max(choice.width, 1)
     grid: dict[str, float] = {}
     for budget in BUDGETS:
+        checkpoint()
         for depth in DEPTHS:
             if depth >= budget or (plan.exact_layout and budget != depth + 1):
                 continue  # a tree of depth d needs d + 1 nodes; the exact layout runs chains only
-            config = DecodeConfig(max_new_tokens=args.tokens, tree_budget=budget, depth=depth, width=width,
-                                  exact_layout=plan.exact_layout)
+            config = dataclasses.replace(base, speculative=True, tree_budget=budget, depth=depth, width=width)
             rate, outputs = tokens_per_s(engine, ids, config, args.repeats)
             assert outputs == plain_out, f"lossless check failed for {budget}/{depth}"
             grid[f"{budget}/{depth}"] = rate
-            print(f"budget {budget:2d} depth {depth}: {rate:7.1f} tok/s (x{rate / plain:.2f})", flush=True)
-    choice = plan.choice
-    if choice.speculative:
-        planned_config = DecodeConfig(max_new_tokens=args.tokens, tree_budget=choice.budget, depth=choice.depth,
-                                      width=choice.width, exact_layout=plan.exact_layout)
-        planned, _ = tokens_per_s(engine, ids, planned_config, args.repeats)
-    else:
-        planned = plain
+            print(f"budget {budget:2d} depth {depth}: {rate:7.1f} tok/s (x{rate / plain_rates[-1]:.2f} of the plain "
+                  "run before it)", flush=True)
+    checkpoint()
+    plain = statistics.median(plain_rates)
+    planned = statistics.median(planned_rates)
     best_key = max(grid, key=grid.__getitem__)
     best = max(grid[best_key], plain)
-    summary = {"plain_tok_s": plain, "planned": {"budget": choice.budget, "depth": choice.depth, "width": choice.width,
+    summary = {"plain_tok_s": plain, "planned": {"drafter": choice.drafter, "lookup_ngrams": choice.lookup_ngrams,
+                                                 "budget": choice.budget, "depth": choice.depth, "width": choice.width,
                                                  "tok_s": planned, "predicted_speedup": choice.predicted_speedup,
                                                  "measured_speedup": planned / plain},
                "grid_best": {"tree": best_key, "tok_s": grid[best_key], "speedup": grid[best_key] / plain},
-               "planned_vs_best": planned / best, "grid": grid, "threads": args.threads, "bundle": str(source.path)}
+               "planned_vs_best": planned / best, "grid": grid, "plain_runs": plain_rates,
+               "planned_runs": planned_rates, "threads": args.threads, "bundle": str(source.path)}
     print(json.dumps({k: v for k, v in summary.items() if k != "grid"}, indent=1))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(summary, indent=1))
