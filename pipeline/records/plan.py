@@ -104,7 +104,7 @@ class TuneRequest:
     max_budget: int = 32
     max_depth: int = 6
     max_new_tokens: int = 48
-    repeats: int = 5
+    repeats: int = 7
     budgets: list[int] | None = None  # tree sizes the bundle can run (static buckets); None: any
     pinned: list[str] = field(default_factory=list)  # settings the user fixed (tree, drafter): the plan leaves them
     only: bool = False  # `specdec tune`: measure and plan, no bench

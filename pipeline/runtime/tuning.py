@@ -48,7 +48,7 @@ class TuneSettings:
     max_budget: int = 32
     max_depth: int = 6
     max_new_tokens: int = 48
-    repeats: int = 5  # timing repetitions per verify size (median)
+    repeats: int = 7  # timing rounds over the verify sizes (median per size)
 
     def exact(self) -> TuneSettings:
         """The exact layout verifies chains only: width 1 for every drafter."""
@@ -145,32 +145,40 @@ def plain_step_ms(engine: Engine, prompts: Sequence[list[int]], config: DecodeCo
     return total_ns / tokens / 1e6
 
 
+def _tree(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A binary tree of `size` nodes: parents, depths, visibility."""
+    parents = np.array([-1] + [(i - 1) // 2 for i in range(1, size)], np.int64)
+    depths = np.zeros(size, np.int64)
+    for node in range(1, size):
+        depths[node] = depths[parents[node]] + 1
+    return parents, depths, ancestor_matrix(parents)
+
+
 def verify_cost(engine: Engine, context: list[int], config: DecodeConfig, sizes: Sequence[int],
                 repeats: int) -> CostCurve:
-    """Target verify time for trees of each size on `context` (the call the engine makes)."""
+    """Target verify time for trees of each size on `context` (the call the engine makes).
+
+    The sizes are timed round-robin, `repeats` rounds, median per size: a device whose speed drifts
+    (heat, other load) then shifts every size alike instead of bending the curve.
+    """
     target = engine.target
     rand = Randomness(config.seed)
-    points = []
-    for size in sizes:
-        parents = np.array([-1] + [(i - 1) // 2 for i in range(1, size)], np.int64)  # a binary tree
-        depths = np.zeros(size, np.int64)
-        for node in range(1, size):
-            depths[node] = depths[parents[node]] + 1
-        visible = ancestor_matrix(parents)
-        tokens = np.resize(np.asarray(context[-size:], np.int64), size)
-        samples = []
-        for _ in range(repeats):
+    trees = {size: _tree(size) for size in sizes}
+    samples: dict[int, list[int]] = {size: [] for size in sizes}
+    for _ in range(repeats):
+        for size in sizes:
+            parents, depths, visible = trees[size]
+            tokens = np.resize(np.asarray(context[-size:], np.int64), size)
             start = time.perf_counter_ns()
-            if engine.target.has_verify:
+            if target.has_verify:
                 target.forward(tokens, target.length + depths, no_scratch(size), visible,
                                extra_inputs=engine.verify_inputs(parents, depths, config, rand, 0),
                                extra_outputs=("accepted", "accepted_len", "next_token"), with_logits=False)
             else:
                 target.forward(tokens, target.length + depths, no_scratch(size), visible)
-            samples.append(time.perf_counter_ns() - start)
+            samples[size].append(time.perf_counter_ns() - start)
             target.commit([])
-        points.append((size, statistics.median(samples) / 1e6))
-    return CostCurve(tuple(points))
+    return CostCurve(tuple((size, statistics.median(samples[size]) / 1e6) for size in sizes))
 
 
 def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, settings: TuneSettings | None = None,
@@ -180,9 +188,16 @@ def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, set
     step = on_step or (lambda text: None)
     started = time.perf_counter()
     base = dataclasses.replace(config, max_new_tokens=settings.max_new_tokens, depth=settings.max_depth)
+    max_budget = min(settings.max_budget, max(budgets) if budgets else settings.max_budget)
+    step("warming up")
+    # First calls allocate buffers and pick kernels: untimed, or the plain step (the baseline every
+    # prediction divides by) comes out slow and speculation looks better than it is.
+    warm = dataclasses.replace(base, max_new_tokens=min(8, base.max_new_tokens))
+    engine.generate(prompts[0], dataclasses.replace(warm, speculative=False))
+    for spec in calibration_specs(settings, base, has_draft=engine.drafter is not None):
+        engine.generate(prompts[0], spec.config(warm, max_budget))
     step("timing plain decoding")
     plain_ms = plain_step_ms(engine, prompts, base)
-    max_budget = min(settings.max_budget, max(budgets) if budgets else settings.max_budget)
     context = list(prompts[0]) + list(range(1, settings.max_new_tokens // 2))
     step("timing target verification by tree size")
     engine.target.reset()
