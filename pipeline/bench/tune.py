@@ -25,7 +25,7 @@ from specdec.pipeline.bench.prompts import load_bench_prompts
 from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
 from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.session import new_run_id
-from specdec.pipeline.errors import BundleError, DeviceError, InputError, setting
+from specdec.pipeline.errors import DeviceError, InputError, setting
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.plan import DevicePlan, TunePlan, device_key
@@ -73,9 +73,6 @@ def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
 
 def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | None = None,
                 progress: Progress | None = None) -> tuple[Bundle, DevicePlan]:
-    if config.drafter is not None and config.drafter.needs_model and source.manifest.graphs.get("draft") is None:
-        raise BundleError(f"bundle '{source.path}' has no draft graph, so {setting('drafter')} "
-                          f"{config.drafter.value} cannot run", f"pass {setting('drafter')} lookup, or leave it out")
     if config.max_new_tokens < 8:
         raise InputError(f"{setting('max_new_tokens')} must be at least 8 for calibration", "use 8 or more")
     profile = profiles.load_device(config.profile_name)
@@ -83,6 +80,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}", f"pass {setting('device')} {profile.transport.value}")
     options = {"exact_layout": config.exact_layout, "drafter": config.drafter}
+    # BundleError here for a --drafter that needs the draft graph this bundle lacks
     settings = resolve_decode(options, profile=profile, buckets=source.manifest.buckets,
                               requirements=bundle_requirements(source.manifest.quantization),
                               has_draft="draft" in source.manifest.graphs)
