@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,18 +15,17 @@ from pathlib import Path
 from specdec.pipeline import profiles
 from specdec.pipeline.bench import gates, planning
 from specdec.pipeline.bench.controls import sensor_args
-from specdec.pipeline.bench.launch import select_launch
+from specdec.pipeline.bench.launch import prepare_device
 from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, run_on_device
 from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bench.payload import build_payload
 from specdec.pipeline.bench.prompts import BenchPrompt, load_bench_prompts
 from specdec.pipeline.bundle import Bundle, StagedDirectory
-from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.plan import DevicePlan, device_key
+from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.settings import (
@@ -142,16 +140,12 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                                      config.max_new_tokens)
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
     with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
-        device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
-                             adb_port=config.adb_port)
-        python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
-        # Which runtime runs the runner (the device's Python, or the portable one pushed once) and what
-        # the device is: the plan of a bundle is per device.
-        launch = select_launch(config.runtime or profile.runtime.use, python=python,
-                               cpu_mask=profile.runtime.cpu_mask, progress=progress)
-        info = launch.prepare(device)
-        threads = profile.runtime.threads if config.threads is None else config.threads
-        key = device_key(config.device.value, info.model, info.abi, threads)
+        # What the device is decides which plan applies: the plan of a bundle is per device.
+        prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
+                                  adb_port=config.adb_port, python=config.python, runtime=config.runtime,
+                                  threads=config.threads, progress=progress)
+        device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
+                                                      prepared.info, prepared.threads, prepared.key)
         plan = planning.stored_plan(bundle, key, config.drafter)
         settings = decode_settings(config, profile, bundle, plan)
         tune = None

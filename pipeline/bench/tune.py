@@ -10,7 +10,6 @@ predicted speedup, device identity) goes into a new bundle's manifest, keyed by 
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,17 +17,16 @@ from typing import Any
 
 from specdec.pipeline import profiles
 from specdec.pipeline.bench import planning
-from specdec.pipeline.bench.launch import select_launch
+from specdec.pipeline.bench.launch import prepare_device
 from specdec.pipeline.bench.orchestrate import ProgressSink, run_on_device
 from specdec.pipeline.bench.payload import build_payload
 from specdec.pipeline.bench.prompts import load_bench_prompts
 from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
-from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import DeviceError, InputError, setting
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.plan import DevicePlan, TunePlan, device_key
+from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.runtime.config import DrafterKind
 from specdec.pipeline.settings import bundle_requirements, resolve_decode
@@ -88,14 +86,11 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
     prompts = _calibration(config, codec)
     # The output is checked (writable, not clobbered) and staged before any device work.
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
-        device = open_device(config.device, profile=profile, serial=config.serial, adb_host=config.adb_host,
-                             adb_port=config.adb_port)
-        python = config.python or (sys.executable if config.device is Transport.local else profile.runtime.python)
-        launch = select_launch(config.runtime or profile.runtime.use, python=python,
-                               cpu_mask=profile.runtime.cpu_mask, progress=progress)
-        info = launch.prepare(device)
-        threads = profile.runtime.threads if config.threads is None else config.threads
-        key = device_key(config.device.value, info.model, info.abi, threads)
+        prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
+                                  adb_port=config.adb_port, python=config.python, runtime=config.runtime,
+                                  threads=config.threads, progress=progress)
+        device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
+                                                      prepared.info, prepared.threads, prepared.key)
         request = planning.tune_request(source, options, key, prompts, only=True,
                                         max_new_tokens=config.max_new_tokens)
         assert request is not None  # `only` always asks

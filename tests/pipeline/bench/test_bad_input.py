@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.bench import stage as bench_stage
+from specdec.pipeline.bench import launch as bench_launch
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bench.trace import IN_GRAPH_NOTE
 from specdec.pipeline.errors import InputError
@@ -20,7 +20,7 @@ runner = CliRunner()
 @pytest.fixture
 def no_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the bench gets as far as opening the device."""
-    monkeypatch.setattr(bench_stage, "open_device", lambda *a, **k: pytest.fail("the device was opened"))
+    monkeypatch.setattr(bench_launch, "open_device", lambda *a, **k: pytest.fail("the device was opened"))
 
 
 @pytest.fixture(scope="module")
