@@ -198,16 +198,15 @@ class Engine:
         clock = StageClock(stats)
         target = self.target
         rows = 2 if config.exact_layout else 1  # the exact layout never calls with a single row
-        args = (np.array(output[-1:] + [0] * (rows - 1)), target.length + np.arange(rows), no_scratch(rows),
-                np.eye(rows, dtype=bool) if rows > 1 else causal(1))
+        args = (np.array(output[-1:] + [0] * (rows - 1)), target.length + np.arange(rows), *_ROOT_VISIBLE[rows])
         if self._verify_in_graph(config):  # a one-node tree: the op returns the target's token
+            # a pad row is a parentless node: never accepted, its token never emitted. Greedy needs
+            # nothing but the op's defaults (parentless rows, mode greedy): the cheapest call.
+            extra = None if config.effective_mode is VerifyMode.greedy else self.verify_inputs(
+                np.full(rows, -1), np.zeros(rows, np.int64), config, rand, len(output))
             with clock(VERIFY):
-                # a pad row is a parentless node: never accepted, its token never emitted
-                _, extras = target.forward(
-                    *args, extra_inputs=self.verify_inputs(np.full(rows, -1), np.zeros(rows, np.int64), config, rand,
-                                                           len(output)),
-                    extra_outputs=("next_token",), with_logits=False,
-                )
+                _, extras = target.forward(*args, extra_inputs=extra, extra_outputs=("next_token",),
+                                           with_logits=False)
             token = int(extras["next_token"])
         else:
             with clock(VERIFY):
@@ -328,5 +327,11 @@ class Engine:
         # The last emitted token still has to be fed: that needs one free slot.
         return "max_context" if self.target.length + 1 > self.max_context else None
 
+
+# What a root step's rows see (no scratch; the pad row only itself), built once: this runs every step.
+_ROOT_VISIBLE = {1: (no_scratch(1), causal(1)), 2: (no_scratch(2), np.eye(2, dtype=bool))}
+for _arrays in _ROOT_VISIBLE.values():
+    for _array in _arrays:
+        _array.flags.writeable = False
 
 _MODE_IDS = {VerifyMode.greedy: Mode.greedy, VerifyMode.match: Mode.match}

@@ -24,6 +24,50 @@ _NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "ten
                 "tensor(double)": np.float64, "tensor(int32)": np.int32}
 
 
+class _CallSlot:
+    """Everything bound for calls of one size q: a decoding step reuses it and only writes values.
+
+    Binding an input copies nothing when it wraps memory we keep, but each bind call and each
+    numpy-to-OrtValue wrap costs microseconds in Python; on a small target a step's whole budget is
+    a few hundred. So every fixed-shape input of size q lives in an array bound once, a call
+    writes into it in place, and only the mask (its width grows with the context) is bound per call.
+    """
+
+    def __init__(self, runner: FusedRunner, q: int) -> None:
+        import onnxruntime as ort
+
+        self.binding = runner.session.io_binding()
+        for name, value in runner.kv_values:
+            self.binding.bind_ortvalue_input(f"past_key_values.{name}", value)
+            self.binding.bind_ortvalue_output(f"present.{name}", value)
+        self.ids = np.zeros((1, q), np.int64)
+        self.positions = np.zeros((1, q), np.int64)
+        self.seqlens = np.zeros(1, np.int32)
+        self.total = np.zeros((), np.int32)
+        self.defaults = {name: np.ascontiguousarray(value) for name, value in default_op_inputs(q).items()
+                         if name in runner.op_inputs}
+        self.op_arrays = {name: value.copy() for name, value in self.defaults.items()}
+        self.dirty: set[str] = set()  # op inputs that hold a caller's values, not the defaults
+        fixed = {"input_ids": self.ids, "position_ids": self.positions, "seqlens_k": self.seqlens,
+                 "total_sequence_length": self.total, **self.op_arrays}
+        self._values = {name: ort.OrtValue.ortvalue_from_numpy(array) for name, array in fixed.items()}
+        for name, value in self._values.items():  # kept: the OrtValues must outlive the binding
+            self.binding.bind_ortvalue_input(name, value)
+        self.outputs = {name: np.zeros([d if isinstance(d, int) else q for d in shape], dtype)
+                        for name, shape, dtype in runner.free_outputs}
+        for name, array in self.outputs.items():
+            self.binding.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
+
+    def set_op_inputs(self, given: dict[str, np.ndarray]) -> None:
+        """Write the caller's op inputs for this call; the others get their defaults back.
+        Every op input's shape follows q (the graph's declared shapes), so values fit in place."""
+        for name in self.dirty - given.keys():
+            np.copyto(self.op_arrays[name], self.defaults[name])
+        self.dirty = {name for name in given if name in self.op_arrays}
+        for name in self.dirty:
+            np.copyto(self.op_arrays[name], given[name], casting="unsafe")
+
+
 class FusedRunner:
     def __init__(self, info: GraphInfo, path: Any, capacity: int, options: SessionOptions | None = None) -> None:
         import onnxruntime as ort
@@ -34,26 +78,23 @@ class FusedRunner:
         self.outputs = {o.name for o in self.session.get_outputs()}
         self.has_prune = "cand_ids" in self.outputs
         self.has_verify = "next_token" in self.outputs
-        self._op_inputs = [name for name in inputs if name in OP_INPUT_NAMES]
+        self.op_inputs = [name for name in inputs if name in OP_INPUT_NAMES]
         self.dtype = np.dtype(info.dtype)
         self.mask_min = float(np.finfo(self.dtype).min)
         self.capacity = capacity
         shape = (1, info.num_kv_heads, capacity, info.head_dim)
         self.buffers = [np.zeros(shape, self.dtype) for _ in range(2 * info.num_layers)]
-        self._binding = self.session.io_binding()
-        for index, buffer in enumerate(self.buffers):
-            value = ort.OrtValue.ortvalue_from_numpy(buffer)
-            layer, kind = divmod(index, 2)
-            suffix = f"{layer}.{'value' if kind else 'key'}"
-            self._binding.bind_ortvalue_input(f"past_key_values.{suffix}", value)
-            self._binding.bind_ortvalue_output(f"present.{suffix}", value)
+        self.kv_values = [(f"{i // 2}.{'value' if i % 2 else 'key'}", ort.OrtValue.ortvalue_from_numpy(buffer))
+                          for i, buffer in enumerate(self.buffers)]
         # Every other output (logits, the custom ops' results) goes into numpy arrays preallocated
         # per call size: binding memory we own avoids wrapping every bound output per call, which
         # costs more than the small outputs themselves.
-        kv_names = {f"present.{i // 2}.{'value' if i % 2 else 'key'}" for i in range(len(self.buffers))}
-        self._free_outputs = [(o.name, o.shape, _NUMPY_TYPES[o.type]) for o in self.session.get_outputs()
-                              if o.name not in kv_names]
-        self._arrays: dict[int, dict[str, np.ndarray]] = {}
+        kv_names = {f"present.{name}" for name, _ in self.kv_values}
+        self.free_outputs = [(o.name, o.shape, _NUMPY_TYPES[o.type]) for o in self.session.get_outputs()
+                             if o.name not in kv_names]
+        self._slots: dict[int, _CallSlot] = {}
+        # A step sees every committed slot: its mask is a prefix of this zero row, bound in place.
+        self._visible_row = np.zeros(capacity, self.dtype)
         self._length = 0
         self._scratch = 0
         self.last_bytes_out = 0
@@ -91,24 +132,20 @@ class FusedRunner:
         if total > self.capacity:
             raise GenerationError(f"the {self.info.role} KV buffer of {self.capacity} slots is full",
                                   "compile with a larger --max-context or generate fewer tokens")
-        binding = self._binding
-        ids = np.ascontiguousarray(ids, np.int64).reshape(1, q)
-        positions = np.ascontiguousarray(positions, np.int64).reshape(1, q)
-        mask = build_mask(self.dtype, self.mask_min, self._length, past, scratch_visible, new_visible)
-        lengths = np.array([total - 1], np.int32)
-        total_array = np.array(total, np.int32)
-        feeds = {"input_ids": ids, "position_ids": positions, "attention_bias": mask, "seqlens_k": lengths,
-                 "total_sequence_length": total_array}
-        if self._op_inputs:
-            defaults = default_op_inputs(q)
-            given = extra_inputs or {}
-            feeds.update({name: np.ascontiguousarray(given.get(name, defaults[name])) for name in self._op_inputs})
-        for name, value in feeds.items():
-            binding.bind_cpu_input(name, value)
-        arrays = self._outputs_for(q)
-        for name, array in arrays.items():
-            binding.bind_output(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
-        self.session.run_with_iobinding(binding)
+        slot = self._slot(q)
+        slot.ids[0] = ids
+        slot.positions[0] = positions
+        slot.seqlens[0] = total - 1
+        slot.total[()] = total
+        if q == 1 and past == self._length and bool(new_visible[0, 0]):
+            mask = self._visible_row  # nothing in scratch: the row sees every slot
+        else:
+            mask = build_mask(self.dtype, self.mask_min, self._length, past, scratch_visible, new_visible)
+        slot.binding.bind_input("attention_bias", "cpu", 0, self.dtype, [1, 1, q, total], mask.ctypes.data)
+        if extra_inputs or slot.dirty:
+            slot.set_op_inputs(extra_inputs or {})
+        self.session.run_with_iobinding(slot.binding)
+        arrays = slot.outputs
         names = (["logits"] if with_logits else []) + list(extra_outputs)
         result = {name: arrays[name].copy() for name in names}
         self._scratch += q
@@ -116,20 +153,20 @@ class FusedRunner:
         self.last_bytes_out = (logits.nbytes if logits is not None else 0) + sum(v.nbytes for v in result.values())
         return logits, result
 
-    def _outputs_for(self, q: int) -> dict[str, np.ndarray]:
-        arrays = self._arrays.get(q)
-        if arrays is None:
-            arrays = {name: np.zeros([d if isinstance(d, int) else q for d in shape], dtype)
-                      for name, shape, dtype in self._free_outputs}
-            if len(self._arrays) > 64:  # trees come in few sizes; bound the cache anyway
-                self._arrays.clear()
-            self._arrays[q] = arrays
-        return arrays
+    def _slot(self, q: int) -> _CallSlot:
+        slot = self._slots.get(q)
+        if slot is None:
+            if len(self._slots) > 64:  # trees come in few sizes; bound the cache anyway
+                self._slots.clear()
+            slot = self._slots[q] = _CallSlot(self, q)
+        return slot
 
     def commit(self, keep: np.ndarray | list[int]) -> None:
         base = self._length
         index = np.asarray(keep, np.int64)
-        if index.size and not np.array_equal(index, np.arange(index.size)):
+        # the cheap test first: a step keeps [0] (or [0, 1]), and a prefix always ends at size - 1
+        if index.size and (int(index[-1]) != index.size - 1 or (
+                index.size > 2 and not np.array_equal(index, np.arange(index.size)))):
             rows = base + index
             for buffer in self.buffers:
                 buffer[:, :, base : base + index.size] = buffer[:, :, rows]

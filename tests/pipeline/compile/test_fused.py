@@ -128,3 +128,30 @@ def test_unsupported_architecture(bundle_factory, tmp_path: Path) -> None:  # ty
                                             buckets=(4, 8), draft_buckets=(1, 4), prefill_chunk=16),
                               bundle_factory("gpt2"))
     assert fallback.manifest.buckets is not None and fallback.manifest.buckets.flavour is GraphFlavour.npu
+
+
+def test_reused_call_slots_give_the_same_results_as_fresh_bindings(fused) -> None:  # type: ignore[no-untyped-def]
+    """A call size's bindings are reused: a caller's op inputs must not leak into the next call."""
+    path = fused["surgered"].path
+
+    def step(runner: FusedRunner, extra: dict[str, np.ndarray] | None) -> tuple[np.ndarray, int]:
+        runner.reset()
+        runner.forward(np.arange(1, 6), np.arange(5), no_scratch(5), causal(5))
+        runner.commit(np.arange(5))
+        logits, extras = runner.forward(np.array([7, 0]), 5 + np.arange(2), no_scratch(2), np.eye(2, dtype=bool),
+                                        extra_inputs=extra, extra_outputs=("next_token",))
+        assert logits is not None
+        runner.commit([0])
+        return logits, int(extras["next_token"])
+
+    reused = Engine(path).target
+    assert isinstance(reused, FusedRunner)
+    clean = step(reused, None)
+    sampled = {"tree_parent": np.array([-1, -1]), "tree_depth": np.zeros(2, np.int64),
+               "uniforms": np.full((2, 1), 0.999), "temperature": np.array(5.0, np.float32),
+               "mode": np.array(1, np.int64)}
+    assert step(reused, sampled)[1] != clean[1]  # a draw far in the tail of a hot distribution
+    again = step(reused, None)
+    fresh = step(Engine(path).target, None)  # type: ignore[arg-type]
+    assert np.array_equal(again[0], fresh[0]) and again[1] == fresh[1] == clean[1]
+    assert again[1] == int(np.argmax(again[0][0]))  # the defaults (greedy) are back
