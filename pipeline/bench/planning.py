@@ -134,6 +134,30 @@ def explain(terms: list[PlanTerm]) -> str:
                            measured=worst.measured, predicted=worst.predicted)
 
 
+def _decode_phase(events: list[dict[str, Any]], mode: str) -> tuple[float, float, int]:
+    """(prefill + first token ms, decoding ms, tokens decoded after the first) over `mode`'s replies."""
+    replies = [e for e in events if e.get("type") == "reply" and e.get("mode") == mode]
+    first = sum(e["ttft_ns"] for e in replies) / 1e6
+    return first, sum(e["total_ns"] for e in replies) / 1e6 - first, sum(e["new_tokens"] - 1 for e in replies)
+
+
+def run_prediction(decode_speedup: float, events: list[dict[str, Any]]) -> tuple[float, float | None]:
+    """(predicted end-to-end speedup of this run, measured speedup of the decoding phase alone).
+
+    The plan predicts decoding rounds; a reply also pays its prefill, which speculation does not
+    shorten. So the run's prediction keeps the plain replies' measured prefill and divides only
+    their decoding time by the plan's speedup — what `measured_speedup` (tokens over the whole
+    reply time) is to be compared with."""
+    first, decode, tokens = _decode_phase(events, "plain")
+    if decode <= 0 or tokens <= 0:
+        return decode_speedup, None
+    predicted = (first + decode) / (first + decode / decode_speedup)
+    _, spec_decode, spec_tokens = _decode_phase(events, "speculative")
+    if spec_decode <= 0 or spec_tokens <= 0:
+        return predicted, None
+    return predicted, (spec_tokens / spec_decode) / (tokens / decode)
+
+
 def report(plan: DevicePlan, source: str, events: list[dict[str, Any]], measured_speedup: float | None,
            tuned: DevicePlan | None = None) -> PlanReport:
     choice = plan.choice
@@ -143,5 +167,7 @@ def report(plan: DevicePlan, source: str, events: list[dict[str, Any]], measured
              PlanTerm("plain step ms", plan.plain_step_ms, measured["plain step ms"])]
     explanation = ("the plan chose plain decoding: no tree was predicted to beat it by 5 %"
                    if not choice.speculative else explain(terms))
-    return PlanReport(source=source, device=plan.device, choice=choice, predicted_speedup=choice.predicted_speedup,
-                      measured_speedup=measured_speedup, terms=terms, explanation=explanation, tuned=tuned)
+    predicted, decode_measured = run_prediction(choice.predicted_speedup, events)
+    return PlanReport(source=source, device=plan.device, choice=choice, predicted_speedup=predicted,
+                      measured_speedup=measured_speedup, terms=terms, explanation=explanation, tuned=tuned,
+                      decode_predicted_speedup=choice.predicted_speedup, decode_measured_speedup=decode_measured)

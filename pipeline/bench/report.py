@@ -78,8 +78,11 @@ def summary_markdown(results: BenchResults) -> str:
         c = plan.choice
         tree = (f"{c.budget} nodes, depth {c.depth}, width {c.width}, drafter {c.drafter}" if c.speculative
                 else "plain decoding")
+        decode = (f" (decoding alone: predicted {_fmt(plan.decode_predicted_speedup)}×, measured "
+                  f"{_fmt(plan.decode_measured_speedup)}×; prefill is not sped up)"
+                  if plan.decode_predicted_speedup is not None else "")
         lines += ["", f"**Plan** ({plan.source}, `{plan.device}`): {tree}; cost model predicts "
-                      f"{_fmt(plan.predicted_speedup)}×, measured {_fmt(plan.measured_speedup)}×. "
+                      f"{_fmt(plan.predicted_speedup)}×, measured {_fmt(plan.measured_speedup)}×{decode}. "
                       f"Biggest difference: {plan.explanation}.",
                   "", "| cost-model term | predicted | measured |", "|---|---|---|"]
         lines += [f"| {t.name} | {_fmt(t.predicted)} | {_fmt(t.measured)} |" for t in plan.terms]

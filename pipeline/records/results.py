@@ -279,11 +279,15 @@ class PlanReport:
     source: str  # "bundle" (a plan `specdec tune` stored) or "tuned on the device" (this run)
     device: str
     choice: PlanChoice
+    # For this run's replies, end to end like `measured_speedup`: the plan's decode speedup applied
+    # to the plain replies' decoding time, their prefill (the same graph in both modes) as measured.
     predicted_speedup: float
     measured_speedup: float | None
     terms: list[PlanTerm]
     explanation: str  # the biggest term of the difference, in plain words
     tuned: DevicePlan | None = None  # the plan this run measured (store it with `specdec tune`)
+    decode_predicted_speedup: float | None = None  # the plan's, tokens after the first only
+    decode_measured_speedup: float | None = None
 
 
 @dataclass(kw_only=True)

@@ -1,0 +1,27 @@
+"""The run-level prediction: the plan's decode speedup applied to the replies' decoding time only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from specdec.pipeline.bench.planning import run_prediction
+
+
+def _reply(mode: str, ttft_ms: float, total_ms: float, new_tokens: int) -> dict[str, Any]:
+    return {"type": "reply", "mode": mode, "ttft_ns": int(ttft_ms * 1e6), "total_ns": int(total_ms * 1e6),
+            "new_tokens": new_tokens}
+
+
+def test_prefill_dilutes_the_predicted_speedup() -> None:
+    # plain: 60 ms prefill + 63 steps of 7 ms; speculative decodes twice as fast
+    events = [_reply("plain", 60, 60 + 63 * 7, 64), _reply("speculative", 60, 60 + 63 * 3.5, 64)]
+    predicted, decode_measured = run_prediction(2.0, events)
+    assert predicted == pytest.approx((60 + 441) / (60 + 220.5))
+    assert decode_measured == pytest.approx(2.0)
+
+
+def test_without_a_decoding_phase_the_plan_stands() -> None:
+    assert run_prediction(1.7, [_reply("plain", 5, 5, 1)]) == (1.7, None)
+    assert run_prediction(1.7, []) == (1.7, None)
