@@ -97,9 +97,11 @@ def plan_table(plan: DevicePlan) -> Table:
 
 def plan_fit_line(plan: DevicePlan) -> str:
     fit = plan.verify_fit
+    confirmed = (f"; the choice measured {plan.confirmed_speedup:.2f}× plain decoding on the calibration prompts"
+                 if plan.confirmed_speedup is not None else "")
     return (f"verify cost: {fit.intercept_ms:.2f} ms + {fit.ms_per_node:.3f} ms/node (worst residual of the line "
             f"{fit.max_residual * 100:.0f} %; the plan uses the measured curve), "
-            f"plain step {plan.plain_step_ms:.2f} ms")
+            f"plain step {plan.plain_step_ms:.2f} ms{confirmed}" + "".join(f"\n{note}" for note in plan.notes))
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -42,6 +42,6 @@ def tune(
         result, plan = tune_bundle(config, source)
     out.print(plan_table(plan))
     err.print(plan_fit_line(plan))
-    if not plan.choice.speculative:
+    if not plan.choice.speculative and not plan.notes:
         note("the plan is plain decoding: no tree is predicted to beat it by 5 % on this device")
     err.print(f"wrote [bold]{result.path}[/] (generate and bench use the plan on this device; flags override)")

@@ -59,6 +59,10 @@ class DevicePlan:
     candidates: list[PlanChoice] = field(default_factory=list)
     calibration_rounds: int = 0
     tune_seconds: float = 0.0
+    # the choice's decode speedup measured against plain decoding on the calibration prompts
+    # (tuning keeps a tree only if it measured faster); None: not confirmed, or plain decoding
+    confirmed_speedup: float | None = None
+    notes: list[str] = field(default_factory=list)  # what tuning decided beyond the model (candidates not kept)
 
     def decode_settings(self) -> dict[str, Any]:
         """The decode settings this plan chose, by DecodeConfig field name."""

@@ -8,7 +8,11 @@ bench runner), torch-free:
 3. one calibration pass per drafter configuration (the draft model, prompt lookup with a few
    n-gram lengths, both; a few widths each) decodes the prompts speculatively with a generous
    tree and records every round the planner needs (planner.CalibrationRound);
-4. planner.plan_tree picks the drafter and the tree, or plain decoding.
+4. planner.plan_tree picks the drafter and the tree, or plain decoding;
+5. the pick is confirmed by measurement: the calibration prompts decoded plainly and with the
+   planned tree, interleaved. A plan that does not measure faster than plain decoding gives way to
+   the next candidate, and plain decoding is planned when none does: the model's prediction is
+   only as good as its inputs, and speculation must never lose to plain decoding.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class TuneSettings:
     max_depth: int = 6
     max_new_tokens: int = 48
     repeats: int = 7  # timing rounds over the verify sizes (median per size)
+    confirm_repeats: int = 2  # interleaved plain/plan passes over the prompts that confirm a plan (0: trust the model)
+    confirm_tries: int = 3  # candidates confirmed at most before planning plain decoding
 
     def exact(self) -> TuneSettings:
         """The exact layout verifies chains only: width 1 for every drafter."""
@@ -101,12 +107,14 @@ class TuneResult:
     context: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    confirmed_speedup: float | None = None  # the kept plan's measured decode speedup (None: not confirmed)
 
     def as_dict(self) -> dict[str, object]:
         return {
             "plan": self.plan.as_dict(), "verify_cost": self.verify.as_dict(),
             "plain_step_ms": round(self.plain_step_ms, 4), "context": self.context,
             "tune_seconds": round(self.seconds, 2), "notes": self.notes,
+            "confirmed_speedup": None if self.confirmed_speedup is None else round(self.confirmed_speedup, 4),
             "calibration": [{"name": c.name, "drafter": c.drafter, "width": c.width, "max_budget": c.max_budget,
                              "max_depth": c.max_depth, "rounds": len(c.rounds),
                              "acceptance_profile": c.acceptance_profile()} for c in self.calibrations],
@@ -219,7 +227,61 @@ def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, set
                                         spec.lookup_ngrams))
     # a lone root still costs two rows in the exact layout (a plain step's padding)
     plan = plan_tree(calibrations, verify, plain_ms, budgets=budgets, min_rows=2 if base.exact_layout else 1)
-    return TuneResult(plan, verify, plain_ms, calibrations, len(context), time.perf_counter() - started, notes)
+    confirmed = None
+    if plan.choice.speculative and settings.confirm_repeats > 0:
+        step("confirming the plan against plain decoding")
+        plan, confirmed = confirm(engine, prompts, base, plan, settings, notes)
+    return TuneResult(plan, verify, plain_ms, calibrations, len(context), time.perf_counter() - started, notes,
+                      confirmed)
+
+
+MIN_CONFIRMED = 1.02  # a plan must measure this much faster than plain decoding to be kept (noise margin)
+
+
+def decode_rate(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig) -> tuple[int, int]:
+    """(tokens after the first, nanoseconds they took) over the prompts: the phase a plan speeds up."""
+    tokens = ns = 0
+    for prompt in prompts:
+        reply = engine.generate(prompt, config)
+        tokens += len(reply.output_ids) - 1
+        ns += reply.total_ns - reply.ttft_ns
+    return tokens, ns
+
+
+def measured_speedup(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, choice: TreeChoice,
+                     repeats: int) -> float:
+    """The plan's decode speedup over plain decoding, the two interleaved so drift hits both alike."""
+    plain = dataclasses.replace(base, speculative=False)
+    planned = apply_choice(dataclasses.replace(base, speculative=True), choice)
+    totals = {"plain": [0, 0], "planned": [0, 0]}
+    for _ in range(repeats):
+        for name, config in (("plain", plain), ("planned", planned)):
+            tokens, ns = decode_rate(engine, prompts, config)
+            totals[name][0] += tokens
+            totals[name][1] += ns
+    (plain_tokens, plain_ns), (tokens, ns) = totals["plain"], totals["planned"]
+    if not (plain_tokens and plain_ns and tokens and ns):
+        return 0.0
+    return (tokens / ns) / (plain_tokens / plain_ns)
+
+
+def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, plan: Plan, settings: TuneSettings,
+            notes: list[str]) -> tuple[Plan, float | None]:
+    """The plan, or the first candidate after it, that measures at least MIN_CONFIRMED× plain decoding;
+    plain decoding when none of `settings.confirm_tries` does. Returns the plan kept and its measurement."""
+    tried = [plan.choice] + [c for c in plan.candidates if c.speculative and c != plan.choice]
+    for choice in tried[: settings.confirm_tries]:
+        speedup = measured_speedup(engine, prompts, base, choice, settings.confirm_repeats)
+        label = f"{choice.drafter} {choice.budget}/{choice.depth}/{choice.width}"
+        if speedup >= MIN_CONFIRMED:
+            if choice is not plan.choice:
+                notes.append(f"kept {label}: it measured {speedup:.2f}x plain decoding")
+            return dataclasses.replace(plan, choice=choice), speedup
+        notes.append(f"{label} (predicted {choice.predicted_speedup:.2f}x) measured {speedup:.2f}x plain decoding "
+                     f"on the calibration prompts: not kept")
+    plain = TreeChoice("none", 1, 0, 0, 1.0, round(plan.plain_step_ms, 4), 1.0)
+    notes.append("plain decoding planned: no candidate measured faster than it")
+    return dataclasses.replace(plan, choice=plain), None
 
 
 class Choice(Protocol):
@@ -281,4 +343,6 @@ def device_plan(result: TuneResult, *, device: str, threads: int, exact_layout: 
         verify_fit=CostFit(round(intercept, 4), round(slope, 4), round(residual, 4)), context=result.context,
         acceptance={c.name: c.acceptance_profile() for c in result.calibrations},
         candidates=[choice(c) for c in result.plan.candidates],
-        calibration_rounds=sum(len(c.rounds) for c in result.calibrations), tune_seconds=round(result.seconds, 2))
+        calibration_rounds=sum(len(c.rounds) for c in result.calibrations), tune_seconds=round(result.seconds, 2),
+        confirmed_speedup=None if result.confirmed_speedup is None else round(result.confirmed_speedup, 4),
+        notes=list(result.notes))

@@ -6,15 +6,18 @@ import dataclasses
 
 import numpy as np
 
+from specdec.pipeline.runtime import tuning
 from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.planner import TreeChoice
+from specdec.pipeline.runtime.planner import Plan, TreeChoice
 from specdec.pipeline.runtime.tuning import (
+    MIN_CONFIRMED,
     CalibrationSpec,
     TuneSettings,
     apply_choice,
     calibration_round,
     calibration_specs,
+    confirm,
     tune,
 )
 
@@ -41,8 +44,11 @@ def test_tune_measures_and_plans(bundle_factory) -> None:  # type: ignore[no-unt
         assert r.accepted(budget=SMALL.max_budget, depth=SMALL.max_depth) == len(r.path_positions)
     choice = result.plan.choice
     assert choice.predicted_speedup >= 1.0  # a plan never predicts losing to plain decoding
-    if not choice.speculative:
-        assert all(c.predicted_speedup < 1.05 for c in result.plan.candidates)
+    if choice.speculative:  # kept only after measuring faster than plain decoding
+        assert result.confirmed_speedup is not None and result.confirmed_speedup >= MIN_CONFIRMED
+    else:
+        assert (all(c.predicted_speedup < 1.05 for c in result.plan.candidates)
+                or any("not kept" in note for note in result.notes))
     as_dict = result.as_dict()
     assert as_dict["verify_cost"]["points"] and as_dict["calibration"][0]["acceptance_profile"]
 
@@ -128,3 +134,41 @@ def test_apply_choice_respects_pinned_fields() -> None:
     plain = dataclasses.replace(tree, budget=1)
     assert not apply_choice(base, plain).speculative
     assert apply_choice(base, plain, frozenset({"tree_budget"})).speculative  # the user asked for a tree
+
+
+def _plan(*speedups: float) -> Plan:
+    trees = [TreeChoice("model", budget=2 + i, depth=1 + i, width=1, expected_tokens=2.0, round_ms=1.0,
+                        predicted_speedup=speedup) for i, speedup in enumerate(speedups)]
+    return Plan(trees[0], plain_step_ms=1.0, candidates=trees)
+
+
+def test_a_plan_that_measures_slower_than_plain_gives_way(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    measured = {2: 0.93, 3: 1.12, 4: 1.30}  # by budget: the model's favourite loses when measured
+    monkeypatch.setattr(tuning, "measured_speedup",
+                        lambda engine, prompts, base, choice, repeats: measured[choice.budget])
+    notes: list[str] = []
+    plan, speedup = confirm(None, [], DecodeConfig(), _plan(1.6, 1.5, 1.4), TuneSettings(), notes)  # type: ignore[arg-type]
+    assert plan.choice.budget == 3 and speedup == 1.12  # the first that measures faster, not the fastest
+    assert "not kept" in notes[0] and "kept model 3/2/1" in notes[1]
+
+
+def test_plain_decoding_when_no_candidate_measures_faster(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    tried: list[int] = []
+
+    def slower(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
+        tried.append(choice.budget)
+        return 1.01  # within the noise margin: not a win
+
+    monkeypatch.setattr(tuning, "measured_speedup", slower)
+    notes: list[str] = []
+    plan, speedup = confirm(None, [], DecodeConfig(), _plan(1.6, 1.5, 1.4, 1.3), TuneSettings(confirm_tries=3),  # type: ignore[arg-type]
+                            notes)
+    assert not plan.choice.speculative and speedup is None and tried == [2, 3, 4]
+    assert notes[-1].startswith("plain decoding planned")
+
+
+def test_measured_speedup_decodes_both_ways(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    choice = TreeChoice("model", budget=4, depth=3, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.5)
+    speedup = tuning.measured_speedup(engine, _prompts(engine.vocab), DecodeConfig(max_new_tokens=8), choice, 1)
+    assert 0.05 < speedup < 20.0  # a ratio of two real, positive rates
