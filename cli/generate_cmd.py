@@ -110,7 +110,7 @@ def generate(
     config = settings.config
     for adjustment in settings.notes:
         warn(adjustment)
-    controller = host_controllers(chosen, device, template, config.prune.beta_base)
+    controller = host_controllers(chosen, device, template, settings)
     generator = Generator(loaded, threads=threads)
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:

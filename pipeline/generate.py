@@ -81,7 +81,8 @@ def decode_settings(info: BundleInfo, options: dict[str, Any], profile: DevicePr
 
 
 def host_controllers(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,
-                     beta_base: float) -> RoundController | None:
+                     settings: ResolvedSettings) -> RoundController | None:
     """Controllers for decoding on this machine: its thermal zones (where the profile reads them), no battery."""
     zones = [str(p) for p in sorted(Path(profile.sensors.thermal_dir).glob("thermal_zone*/temp"))]
-    return build_chain(controller_spec(names, profile, scenario, beta_base), zones, None)
+    spec = controller_spec(names, profile, scenario, settings.config.prune.beta_base, settings.plan_plain_step_ms)
+    return build_chain(spec, zones, None)

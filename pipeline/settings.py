@@ -65,6 +65,9 @@ class ResolvedSettings:
     config: DecodeConfig
     sources: dict[str, str]  # setting -> source of the layer that supplied it
     notes: list[str] = field(default_factory=list)  # adjustments the user should hear about
+    # the plain step time of the tuned plan whose drafter and tree the run follows (the fallback
+    # controller judges speculation against it); None unless all of them come from the plan
+    plan_plain_step_ms: float | None = None
 
     def describe(self, keys: Sequence[str] = ("drafter", "tree_budget", "depth", "width", "beta_base", "max_k")
                  ) -> str:
@@ -86,6 +89,9 @@ class ResolvedSettings:
 
 class PlanSettings(Protocol):
     """A tuned plan for the device of the run (records.plan.DevicePlan)."""
+
+    @property
+    def plain_step_ms(self) -> float: ...
 
     def decode_settings(self) -> dict[str, Any]: ...
 
@@ -215,6 +221,9 @@ def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None, has_dra
     return ResolvedSettings(config, sources, notes)
 
 
+PLANNED_KEYS = ("drafter", "tree_budget", "depth", "width")  # what a plan chooses for the rounds
+
+
 def resolve_decode(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
                    plan: PlanSettings | None = None, buckets: BucketTable | None = None,
                    requirements: Mapping[str, Any] | None = None, has_draft: bool = True) -> ResolvedSettings:
@@ -224,8 +233,11 @@ def resolve_decode(options: Mapping[str, Any], *, profile: DeviceProfile, scenar
     `options` holds what the user set (CLI flags or pipeline YAML) by DecodeConfig/PruneParams
     field name, None for "not set". InputError (naming the setting) when the result is invalid.
     """
-    return resolve(decode_layers(options, profile=profile, scenario=scenario, plan=plan, requirements=requirements),
-                   buckets, has_draft)
+    resolved = resolve(decode_layers(options, profile=profile, scenario=scenario, plan=plan,
+                                     requirements=requirements), buckets, has_draft)
+    if plan is None or any(resolved.sources.get(key) != "plan" for key in PLANNED_KEYS):
+        return resolved  # a flag, the scenario or the profile chose the rounds: the plan's costs do not apply
+    return dataclasses.replace(resolved, plan_plain_step_ms=plan.plain_step_ms)
 
 
 # ---- adaptive controllers --------------------------------------------------------------------
@@ -253,8 +265,11 @@ def check_controllers(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def controller_spec(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,
-                    beta_base: float) -> dict[str, Any]:
-    """What `runtime.controllers.build_chain` needs: targets from the scenario, limits from the profile."""
+                    beta_base: float, plan_plain_step_ms: float | None = None) -> dict[str, Any]:
+    """What `runtime.controllers.build_chain` needs: targets from the scenario, limits from the profile,
+    and the plain step time of the tuned plan the run follows."""
     targets = scenario.controller.model_dump() if scenario else {}
     return {"enabled": list(names), "targets": targets, "beta_base": beta_base, "max_width": profile.tree.max_width,
-            "thermal": profile.thermal.model_dump(), "power": {"budget_w": profile.power.budget_w}}
+            "thermal": profile.thermal.model_dump(), "power": {"budget_w": profile.power.budget_w},
+            "plan_plain_step_ms": plan_plain_step_ms}
+

@@ -117,17 +117,25 @@ class WidthController(Controller):
 
 
 class HardFallback(Controller):
-    """After K rounds in a row with nothing accepted, decode plainly for a while, then retry.
+    """Decode plainly for a while when speculation stops paying, then retry.
 
-    A round that proposed nothing (a prompt-lookup miss: the target decoded the root alone, at a
-    plain step's cost) neither counts as a miss nor breaks a run of misses.
+    With a tuned plan the rule is the plan's own criterion, tokens per second: speculation pays
+    while the last `window` speculative rounds delivered their tokens faster than plain steps
+    would have. The plain step's time starts at the plan's and follows the plain steps this run
+    takes (the backoff's, or those of plain replies), so a device that runs slower than when it
+    was tuned does not count against speculation. A run of rounds that accept nothing is no
+    reason to stop by itself (the plan's expectation counts them). Without a plan (a fixed tree):
+    after `after` rounds in a row with nothing accepted; a round that proposed nothing (a prompt-
+    lookup miss: the root decoded alone, at a plain step's cost) is no miss.
     """
 
     name = "fallback"
 
-    def __init__(self, after: int, backoff_rounds: int) -> None:
+    def __init__(self, after: int, backoff_rounds: int, plain_step_ms: float | None = None, window: int = 16) -> None:
         super().__init__()
         self.after, self.backoff_rounds = after, backoff_rounds
+        self.plain_step_ms = plain_step_ms
+        self.recent: deque[tuple[int, float]] = deque(maxlen=window)  # (tokens, ms) of speculative rounds
         self.misses = 0
         self.backoff = 0
 
@@ -140,12 +148,33 @@ class HardFallback(Controller):
         return plan
 
     def observe(self, stats: RoundStats) -> None:
+        if self.plain_step_ms is not None:
+            self._observe_against_plan(stats, self.plain_step_ms)
+            return
         if stats.kind != "speculative" or stats.tree_size <= 1:
             return
         self.misses = self.misses + 1 if stats.accepted_drafts == 0 else 0
         if self.misses >= self.after:
             self.emit("enter", f"{self.misses} rounds in a row accepted nothing", plain_rounds=self.backoff_rounds)
             self.misses = 0
+            self.backoff = self.backoff_rounds
+
+    def _observe_against_plan(self, stats: RoundStats, plain_ms: float) -> None:
+        ms = stats.wall_ns / 1e6
+        if ms <= 0:
+            return
+        if stats.kind != "speculative":
+            self.plain_step_ms = 0.8 * plain_ms + 0.2 * ms  # track the device's pace now
+            return
+        self.recent.append((stats.accepted_len, ms))
+        if len(self.recent) < (self.recent.maxlen or 1):
+            return
+        tokens = sum(t for t, _ in self.recent)
+        spent = sum(m for _, m in self.recent)
+        if spent > tokens * plain_ms:
+            self.emit("enter", f"the last {len(self.recent)} rounds took {spent / tokens:.3g} ms per token, plain "
+                      f"steps {plain_ms:.3g} ms", plain_rounds=self.backoff_rounds)
+            self.recent.clear()
             self.backoff = self.backoff_rounds
 
 
@@ -251,6 +280,12 @@ class ControllerChain:
             stats.events.extend(controller.events)
             controller.events.clear()
 
+    def follow_plan(self, plain_step_ms: float | None) -> None:
+        """Judge speculation as a tuned plan does, against plain steps of `plain_step_ms` (None: no plan)."""
+        for controller in self.controllers:
+            if isinstance(controller, HardFallback):
+                controller.plain_step_ms = plain_step_ms
+
 
 _CURRENT_SCALE = {"uA": 1e-6, "mA": 1e-3, "A": 1.0}
 _VOLTAGE_SCALE = {"uV": 1e-6, "mV": 1e-3, "V": 1.0}
@@ -259,7 +294,8 @@ NAMES = ("beta", "width", "fallback", "thermal", "power")
 
 def build_chain(spec: dict[str, Any], thermal_paths: Sequence[str] = (),
                 battery: tuple[str, str] | None = None) -> ControllerChain | None:
-    """Controllers named in `spec["enabled"]`, configured from the profile and scenario the host sent.
+    """Controllers named in `spec["enabled"]`, configured from the profile and scenario the host sent
+    (and `spec["plan_plain_step_ms"]`, when decoding follows a tuned plan's tree).
 
     Sensor paths come separately (on the runner's command line) so a device that maps paths, like
     the test stand-in, sees them as it sees every other path of the command.
@@ -272,8 +308,11 @@ def build_chain(spec: dict[str, Any], thermal_paths: Sequence[str] = (),
     chain = ControllerChain()
     for name in enabled:
         if name == "fallback":
+            plain_ms = spec.get("plan_plain_step_ms")
             chain.controllers.append(HardFallback(int(targets.get("fallback_after", 2)),
-                                                  int(targets.get("fallback_rounds", 8))))
+                                                  int(targets.get("fallback_rounds", 8)),
+                                                  float(plain_ms) if plain_ms is not None else None,
+                                                  int(targets.get("fallback_window", 16))))
         elif name == "beta":
             chain.controllers.append(BetaAdaptation(
                 float(spec.get("beta_base", 0.3)), float(targets.get("target_accept_len", 3.5)),

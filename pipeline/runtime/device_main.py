@@ -105,6 +105,8 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
             log.write({"type": "tune", "plan": to_dict(plan)})
             configs["speculative"] = apply_choice(configs["speculative"], tuned.plan.choice,
                                                   frozenset(spec.tune.pinned))
+            if controller is not None and not spec.tune.pinned:  # the rounds are the plan's: judge them by it
+                controller.follow_plan(plan.plain_step_ms if plan.choice.speculative else None)
             if spec.tune.only:
                 log.write({"type": "done", "peak_rss_kb": _peak_rss_kb(), "end_ns": clock.now(), "padding": {}})
                 return 0

@@ -25,6 +25,7 @@ from specdec.pipeline.settings import (
 @dataclass
 class FixedPlan:
     chosen: dict[str, Any]
+    plain_step_ms: float = 2.0
 
     def decode_settings(self) -> dict[str, Any]:
         return dict(self.chosen)
@@ -119,3 +120,13 @@ def test_controller_names() -> None:
     assert parse_controllers("none") == () and "beta" in parse_controllers("all")
     with pytest.raises(InputError, match="unknown controller"):
         check_controllers(("beta", "turbo"))
+
+
+def test_the_fallback_judges_by_the_plan_only_in_the_plans_own_rounds() -> None:
+    profile = load_device("local-cpu")
+    plan = FixedPlan({"drafter": "lookup", "tree_budget": 6, "depth": 5, "width": 1}, plain_step_ms=1.3)
+    followed = resolve_decode({}, profile=profile, plan=plan)
+    assert followed.plan_plain_step_ms == 1.3
+    overridden = resolve_decode({"depth": 2}, profile=profile, plan=plan)  # not the plan's tree any more
+    assert overridden.plan_plain_step_ms is None
+    assert resolve_decode({}, profile=profile).plan_plain_step_ms is None

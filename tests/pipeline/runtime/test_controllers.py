@@ -41,6 +41,47 @@ def test_beta_adaptation_follows_the_articles_rule() -> None:
     assert beta.beta == 0.6
 
 
+def _timed(accepted_len: int, ms: float, kind: str = "speculative", size: int = 8) -> RoundStats:
+    stats = _round(accepted_len, kind=kind, size=size)
+    stats.wall_ns = int(ms * 1e6)
+    return stats
+
+
+def test_fallback_under_a_plan_compares_tokens_per_second_with_plain_steps() -> None:
+    fallback = HardFallback(after=2, backoff_rounds=3, plain_step_ms=2.0, window=4)
+    for accepted in (1, 1, 3, 2):  # misses in a row, but 7 tokens in 12 ms beat 2 ms plain steps
+        fallback.observe(_timed(accepted, 3.0))
+    assert fallback.plan(PLAN) == PLAN and not fallback.events
+    for accepted, ms in ((1, 2.1), (1, 2.1), (2, 3.0), (1, 3.0)):  # lookup misses cost a plain step
+        fallback.observe(_timed(accepted, ms, size=1 if ms < 3 else 8))
+    assert fallback.events[-1]["action"] == "enter" and "plain steps 2 ms" in fallback.events[-1]["reason"]
+    assert [fallback.plan(PLAN) for _ in range(3)] == [None, None, None]
+    assert fallback.plan(PLAN) == PLAN  # retried; a full window again before the next judgement
+    fallback.observe(_timed(1, 5.0))
+    assert fallback.plan(PLAN) == PLAN
+
+
+def test_fallback_follows_the_devices_pace_from_its_plain_steps() -> None:
+    fallback = HardFallback(after=2, backoff_rounds=3, plain_step_ms=2.0, window=2)
+    for _ in range(20):  # the device runs slower than when it was tuned
+        fallback.observe(_timed(1, 4.0, kind="plain"))
+    assert fallback.plain_step_ms is not None and fallback.plain_step_ms > 3.9
+    fallback.observe(_timed(2, 6.0))
+    fallback.observe(_timed(2, 6.0))  # 3 ms per token: slower than planned plain steps, faster than now
+    assert not fallback.events
+
+
+def test_a_chain_follows_the_plan_it_is_given() -> None:
+    chain = build_chain({"enabled": ["fallback"], "targets": {}})
+    assert chain is not None
+    fallback = chain.controllers[0]
+    assert isinstance(fallback, HardFallback) and fallback.plain_step_ms is None
+    chain.follow_plan(1.4)
+    assert fallback.plain_step_ms == 1.4
+    planned = build_chain({"enabled": ["fallback"], "targets": {}, "plan_plain_step_ms": 1.2})
+    assert planned is not None and planned.controllers[0].plain_step_ms == 1.2  # type: ignore[attr-defined]
+
+
 def test_fallback_after_k_empty_rounds_then_retry() -> None:
     fallback = HardFallback(after=2, backoff_rounds=3)
     fallback.observe(_round(1))
