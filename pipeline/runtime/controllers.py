@@ -125,8 +125,9 @@ class HardFallback(Controller):
     takes (the backoff's, or those of plain replies), so a device that runs slower than when it
     was tuned does not count against speculation. A run of rounds that accept nothing is no
     reason to stop by itself (the plan's expectation counts them). Without a plan (a fixed tree):
-    after `after` rounds in a row with nothing accepted; a round that proposed nothing (a prompt-
-    lookup miss: the root decoded alone, at a plain step's cost) is no miss.
+    after `after` rounds in a row with nothing accepted. Either way a round that proposed nothing
+    (a prompt-lookup miss: the root decoded alone, at a plain step's cost) counts for nothing:
+    backing off would only miss the next match.
     """
 
     name = "fallback"
@@ -165,6 +166,8 @@ class HardFallback(Controller):
             return
         if stats.kind != "speculative":
             self.plain_step_ms = 0.8 * plain_ms + 0.2 * ms  # track the device's pace now
+            return
+        if stats.tree_size <= 1:  # nothing proposed: a plain step's cost for its one token, neither win nor loss
             return
         self.recent.append((stats.accepted_len, ms))
         if len(self.recent) < (self.recent.maxlen or 1):

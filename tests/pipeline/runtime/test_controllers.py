@@ -52,8 +52,11 @@ def test_fallback_under_a_plan_compares_tokens_per_second_with_plain_steps() -> 
     for accepted in (1, 1, 3, 2):  # misses in a row, but 7 tokens in 12 ms beat 2 ms plain steps
         fallback.observe(_timed(accepted, 3.0))
     assert fallback.plan(PLAN) == PLAN and not fallback.events
-    for accepted, ms in ((1, 2.1), (1, 2.1), (2, 3.0), (1, 3.0)):  # lookup misses cost a plain step
-        fallback.observe(_timed(accepted, ms, size=1 if ms < 3 else 8))
+    for _ in range(10):  # lookup found nothing: the root alone, at a plain step's cost, is no evidence
+        fallback.observe(_timed(1, 2.2, size=1))
+    assert not fallback.events
+    for accepted in (1, 2, 1, 1):  # 5 tokens in 12 ms: plain steps would have been faster
+        fallback.observe(_timed(accepted, 3.0))
     assert fallback.events[-1]["action"] == "enter" and "plain steps 2 ms" in fallback.events[-1]["reason"]
     assert [fallback.plan(PLAN) for _ in range(3)] == [None, None, None]
     assert fallback.plan(PLAN) == PLAN  # retried; a full window again before the next judgement
