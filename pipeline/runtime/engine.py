@@ -328,10 +328,12 @@ class Engine:
         return "max_context" if self.target.length + 1 > self.max_context else None
 
 
+def _read_only(scratch: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scratch.flags.writeable = visible.flags.writeable = False
+    return scratch, visible
+
+
 # What a root step's rows see (no scratch; the pad row only itself), built once: this runs every step.
-_ROOT_VISIBLE = {1: (no_scratch(1), causal(1)), 2: (no_scratch(2), np.eye(2, dtype=bool))}
-for _arrays in _ROOT_VISIBLE.values():
-    for _array in _arrays:
-        _array.flags.writeable = False
+_ROOT_VISIBLE = {1: _read_only(no_scratch(1), causal(1)), 2: _read_only(no_scratch(2), np.eye(2, dtype=bool))}
 
 _MODE_IDS = {VerifyMode.greedy: Mode.greedy, VerifyMode.match: Mode.match}
