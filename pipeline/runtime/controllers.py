@@ -121,9 +121,9 @@ class HardFallback(Controller):
 
     With a tuned plan the rule is the plan's own criterion, tokens per second: speculation pays
     while the last `window` speculative rounds delivered their tokens faster than plain steps
-    would have. The plain step's time starts at the plan's and follows the plain steps this run
-    takes (the backoff's, or those of plain replies), so a device that runs slower than when it
-    was tuned does not count against speculation. A run of rounds that accept nothing is no
+    would have. The plain step's time starts at the plan's and follows the plain steps the
+    controller sees (the backoff's), so a device that runs slower than when it was tuned does not
+    count against speculation for long. A run of rounds that accept nothing is no
     reason to stop by itself (the plan's expectation counts them). Without a plan (a fixed tree):
     after `after` rounds in a row with nothing accepted. Either way a round that proposed nothing
     (a prompt-lookup miss: the root decoded alone, at a plain step's cost) counts for nothing:
@@ -314,8 +314,7 @@ def build_chain(spec: dict[str, Any], thermal_paths: Sequence[str] = (),
             plain_ms = spec.get("plan_plain_step_ms")
             chain.controllers.append(HardFallback(int(targets.get("fallback_after", 2)),
                                                   int(targets.get("fallback_rounds", 8)),
-                                                  float(plain_ms) if plain_ms is not None else None,
-                                                  int(targets.get("fallback_window", 16))))
+                                                  float(plain_ms) if plain_ms is not None else None))
         elif name == "beta":
             chain.controllers.append(BetaAdaptation(
                 float(spec.get("beta_base", 0.3)), float(targets.get("target_accept_len", 3.5)),

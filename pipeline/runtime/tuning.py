@@ -253,13 +253,12 @@ def measured_speedup(engine: Engine, prompts: Sequence[list[int]], base: DecodeC
     """The plan's decode speedup over plain decoding, the two interleaved so drift hits both alike."""
     plain = dataclasses.replace(base, speculative=False)
     planned = apply_choice(dataclasses.replace(base, speculative=True), choice)
-    totals = {"plain": [0, 0], "planned": [0, 0]}
+    plain_tokens = plain_ns = tokens = ns = 0
     for _ in range(repeats):
-        for name, config in (("plain", plain), ("planned", planned)):
-            tokens, ns = decode_rate(engine, prompts, config)
-            totals[name][0] += tokens
-            totals[name][1] += ns
-    (plain_tokens, plain_ns), (tokens, ns) = totals["plain"], totals["planned"]
+        more_tokens, more_ns = decode_rate(engine, prompts, plain)
+        plain_tokens, plain_ns = plain_tokens + more_tokens, plain_ns + more_ns
+        more_tokens, more_ns = decode_rate(engine, prompts, planned)
+        tokens, ns = tokens + more_tokens, ns + more_ns
     if not (plain_tokens and plain_ns and tokens and ns):
         return 0.0
     return (tokens / ns) / (plain_tokens / plain_ns)
