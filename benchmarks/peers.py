@@ -8,9 +8,10 @@ or `--target demo`), the same prompts, the same thread count, greedy, a fixed nu
 - optimum-onnx `ORTModelForCausalLM` plain decoding (fp32), run under `--optimum-python` (optimum-onnx
   pins transformers < 4.58, so it lives in its own virtual environment);
 - specdec, each flavour and precision, plain and speculative: the exported (generic) graphs, the
-  fused cpu flavour fp32, the cpu flavour int4 (RTN, block 32, symmetric, accuracy level 4, head 4-bit:
-  genai's settings) — which decodes in the exact layout — and, with `--npu`, the static npu flavour.
-  Speculative runs use the tree `specdec tune` plans on this machine.
+  fused cpu flavour fp32, the cpu flavour int4 (RTN, block 32, symmetric, accuracy level 4, every
+  MatMul 4-bit incl. the first block and the head: genai's settings) — which decodes in the exact
+  layout — and, with `--npu`, the static npu flavour. Speculative runs use the tree
+  `specdec tune` plans on this machine.
 
 Every measurement runs in a fresh process (benchmarks/peer_runners.py), configurations interleaved
 across `--repeats`, the median kept. Peers that are not installed are reported missing, not failed.
@@ -118,17 +119,20 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bo
     exported = cached("export", lambda p: export_bundle(ExportConfig(target=str(target), draft=str(draft),
                                                                      output=p)))
     surgered = cached("surgery", lambda p: surgery_bundle(SurgeryConfig(output=p), exported))
-    int4 = cached("int4", lambda p: quantize_bundle(QuantizeConfig(
-        output=p, method=Method.rtn, group_size=32, symmetric=True, accuracy_level=4, head_bits=4), surgered))
-    int4_b128 = cached("int4-b128-zp", lambda p: quantize_bundle(QuantizeConfig(
-        output=p, method=Method.rtn, group_size=128, symmetric=False, accuracy_level=4, head_bits=4), surgered))
+    # every MatMul at 4 bits, as genai's builder does (specdec's default keeps the first block and
+    # the head at 8); "-fb4" in the cache names: bundles cached before that option had an 8-bit block 0
+    genai_layout = {"method": Method.rtn, "accuracy_level": 4, "head_bits": 4, "first_block_bits": 4}
+    int4 = cached("int4-fb4", lambda p: quantize_bundle(QuantizeConfig(
+        output=p, group_size=32, symmetric=True, **genai_layout), surgered))
+    int4_b128 = cached("int4-b128-zp-fb4", lambda p: quantize_bundle(QuantizeConfig(
+        output=p, group_size=128, symmetric=False, **genai_layout), surgered))
     compiled = {
         "generic fp32": surgered,
         "cpu fp32": cached("cpu-fp32", lambda p: compile_bundle(
             CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), surgered)),
-        "cpu int4": cached("cpu-int4", lambda p: compile_bundle(
+        "cpu int4": cached("cpu-int4-fb4", lambda p: compile_bundle(
             CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4)),
-        "cpu b128-zp int4": cached("cpu-int4-b128-zp", lambda p: compile_bundle(
+        "cpu b128-zp int4": cached("cpu-int4-b128-zp-fb4", lambda p: compile_bundle(
             CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4_b128)),
     }
     if npu:
@@ -136,7 +140,7 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bo
             CompileConfig(output=p, target=GraphFlavour.npu, max_context=512, format=OutputFormat.onnx), surgered))
     tuned = {}
     for name, bundle in compiled.items():
-        key = f"tuned-{name.replace(' ', '-')}-t{threads}"
+        key = f"tuned-{name.replace(' ', '-')}{'-fb4' if 'int4' in name else ''}-t{threads}"
         tuned[name] = cached(key, lambda p, b=bundle: tune_bundle(TuneConfig(output=p, threads=threads), b)[0]).path
     return tuned
 

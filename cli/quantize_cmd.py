@@ -29,6 +29,9 @@ def quantize(
                                             "identical to plain — the quality report checks it."),
     head_bits: int = typer.Option(8, "--head-bits", help="Bits of the target's output projection: 8 (default) or "
                                                           "4 (smaller; its perplexity cost is in the quality report)."),
+    first_block_bits: int = typer.Option(8, "--first-block-bits",
+                                         help="Bits of the target's first decoder block: 8 (default) or 4 (faster; "
+                                              "onnxruntime-genai quantizes every block to 4)."),
     keep_float: list[str] = typer.Option(None, "--keep-float",
                                          help="Layer name pattern (fnmatch) to keep float; repeatable."),
     calib: Path = typer.Option(None, "--calib", help="Calibration text, or JSONL with 'text' or 'input_ids' lines "
@@ -47,6 +50,7 @@ def quantize(
     config = QuantizeConfig(
         output=output, method=method, target_method=target_method, draft_method=draft_method,  # type: ignore[arg-type]
         group_size=group_size, symmetric=symmetric, accuracy_level=accuracy_level, head_bits=head_bits,
+        first_block_bits=first_block_bits,
         keep_float=tuple(keep_float or ()),
         calib=calib, calib_samples=calib_samples, calib_seq_len=calib_seq_len, eval_file=eval_file,
         max_ppl_increase=max_ppl_increase, seed=seed, force=force, quantize_embeddings=quantize_embeddings)

@@ -24,7 +24,9 @@ ACCURACY_LEVELS = (0, 1, 2, 3, 4)
 
 # The first decoder block of the target is the most sensitive to weight noise (its errors pass
 # through every later block), as is the output projection (it sets the argmax the verifier
-# compares): both get 8 bits by default. The draft only proposes, so it is fully 4-bit.
+# compares): both get 8 bits by default. The draft only proposes, so it is fully 4-bit. Both are
+# settable to 4 bits (onnxruntime-genai's default is every MatMul at 4 bits): on a 4-layer target an
+# 8-bit first block is a quarter of the matmul time at 1.6x the 4-bit cost (benchmarks/formats.py).
 _FIRST_BLOCK = re.compile(r"(^|\.)(layers|h|blocks|layer|decoder\.layers)\.0\.")
 _OUTPUT_HEAD = ("lm_head", "embed_out", "output")
 
@@ -55,6 +57,7 @@ class QuantizeConfig:
     symmetric: bool = False
     accuracy_level: int = 0
     head_bits: int = 8  # the target's output projection: 8 (default) or 4 (what onnxruntime-genai ships)
+    first_block_bits: int = 8  # the target's first decoder block: 8 (default) or 4 (onnxruntime-genai's)
     keep_float: tuple[str, ...] = ()
     calib: Path | None = None
     calib_samples: int = 128
@@ -86,6 +89,8 @@ class QuantizeConfig:
              "use 4 (int8 compute, fastest on CPUs) or 0 (compute in the graph's float type)"),
             (self.head_bits not in (4, 8), f"{setting('head_bits')} {self.head_bits} is not 4 or 8",
              "use 8 (default) or 4"),
+            (self.first_block_bits not in (4, 8),
+             f"{setting('first_block_bits')} {self.first_block_bits} is not 4 or 8", "use 8 (default) or 4"),
             (self.calib_samples < 1, f"{setting('calib_samples')} must be at least 1", fix),
             (self.calib_seq_len < 8, f"{setting('calib_seq_len')} must be at least 8", fix),
             (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
@@ -110,7 +115,7 @@ class QuantizeConfig:
         if role == "target" and layer in _OUTPUT_HEAD:
             return self.head_bits
         if role == "target" and _FIRST_BLOCK.search(layer):
-            return 8
+            return self.first_block_bits
         return 4
 
     def embedding_bits_for(self, role: str, table: str) -> int | None:
@@ -133,6 +138,7 @@ class QuantizeConfig:
             "symmetric": self.symmetric,
             "accuracy_level": self.accuracy_level,
             "head_bits": self.head_bits,
+            "first_block_bits": self.first_block_bits,
             "keep_float": list(self.keep_float),
             "calib": file_record(self.calib),
             "calib_samples": self.calib_samples,

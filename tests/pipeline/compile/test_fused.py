@@ -155,3 +155,54 @@ def test_reused_call_slots_give_the_same_results_as_fresh_bindings(fused) -> Non
     fresh = step(Engine(path).target, None)  # type: ignore[arg-type]
     assert np.array_equal(again[0], fresh[0]) and again[1] == fresh[1] == clean[1]
     assert again[1] == int(np.argmax(again[0][0]))  # the defaults (greedy) are back
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_greedy_root_step_is_forward_and_commit(fused, rows: int) -> None:  # type: ignore[no-untyped-def]
+    """The plain-step fast path gives the generic call's token and KV rows bit for bit, also after a
+    chain call left its ids and op inputs in the slot of the same size."""
+    path = fused["surgered"].path
+    fast, generic = Engine(path).target, Engine(path).target
+    assert isinstance(fast, FusedRunner) and isinstance(generic, FusedRunner)
+    visible = causal(1) if rows == 1 else np.eye(2, dtype=bool)
+    for runner in (fast, generic):
+        runner.forward(np.arange(1, 6), np.arange(5), no_scratch(5), causal(5))
+        runner.commit(np.arange(5))
+    chain = {"tree_parent": np.array([-1, 0]), "tree_depth": np.array([0, 1]), "uniforms": np.full((2, 1), 0.5),
+             "temperature": np.array(2.0, np.float32), "mode": np.array(1, np.int64)}
+    fast.forward(np.array([9, 11]), 5 + np.arange(2), no_scratch(2), causal(2), extra_inputs=chain)
+    fast.commit([0, 1])
+    generic.forward(np.array([9, 11]), 5 + np.arange(2), no_scratch(2), causal(2))
+    generic.commit([0, 1])
+    token = 7
+    for _ in range(6):
+        _, extras = generic.forward(np.array([token] + [0] * (rows - 1)), generic.length + np.arange(rows),
+                                    no_scratch(rows), visible, extra_outputs=("next_token",), with_logits=False)
+        generic.commit([0])
+        expected = int(extras["next_token"])
+        assert fast.greedy_root_step(token, rows) == expected
+        assert fast.length == generic.length
+        token = expected
+    for mine, theirs in zip(fast.buffers, generic.buffers, strict=True):
+        assert np.array_equal(mine[:, :, : fast.length], theirs[:, :, : generic.length])
+
+
+def test_prompts_of_any_length_share_one_rebound_slot(fused) -> None:  # type: ignore[no-untyped-def]
+    """Prompts re-bind one slot per length (shorter after longer, and longer again): each prefill
+    gives a fresh runner's logits, and steps after it keep their own slots."""
+    path = fused["surgered"].path
+    shared = Engine(path).target
+    assert isinstance(shared, FusedRunner)
+    for length in (9, 70, 3, 33, 80):
+        ids = (np.arange(length) * 7 + 3) % 250 + 1
+        fresh = Engine(path).target
+        results = []
+        for runner in (shared, fresh):
+            runner.reset()
+            logits, _ = runner.forward(ids, np.arange(length), no_scratch(length), causal(length))
+            runner.commit(np.arange(length))
+            step, _ = runner.forward(np.array([5]), np.array([length]), no_scratch(1), causal(1))
+            runner.commit([0])
+            results.append((logits, step))
+        assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
+    assert sorted(shared._slots) == [1]  # only the step's size: prompts did not each leave a slot

@@ -174,6 +174,22 @@ def test_surgery_runs_on_a_quantized_bundle(quantized, tmp_path: Path) -> None: 
             == engine.generate([9, 8, 7], DecodeConfig(max_new_tokens=16, speculative=False)).output_ids)
 
 
+def test_genai_layout_puts_every_target_layer_at_4_bits(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """--head-bits 4 --first-block-bits 4: onnxruntime-genai's int4 (every MatMul 4-bit), still lossless."""
+    default = QuantizeConfig(output=tmp_path / "d")
+    assert default.bits_for("target", "model.layers.0.mlp.up_proj") == 8 and default.bits_for("target", "lm_head") == 8
+    config = QuantizeConfig(output=tmp_path / "q", method="rtn", head_bits=4, first_block_bits=4, **SMALL)
+    bundle = quantize_bundle(config, bundle_factory("llama"))
+    record = dump(bundle.manifest.quantization)["graphs"]["target"]["layers"]
+    assert record and {layer["bits"] for layer in record.values()} == {4}
+    nodes = onnx.load(str(bundle.path / "target.onnx")).graph.node
+    assert {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"} == {4}
+    assert bundle.manifest.lineage[-1].config["first_block_bits"] == 4
+    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+    with pytest.raises(InputError, match="first_block_bits 6 is not 4 or 8"):
+        QuantizeConfig(output=tmp_path / "x", first_block_bits=6)
+
+
 def test_keep_float_and_short_calibration(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     calib = tmp_path / "short.txt"
     calib.write_text("the quick brown fox jumps over the lazy dog. " * 6)
