@@ -206,3 +206,29 @@ def test_prompts_of_any_length_share_one_rebound_slot(fused) -> None:  # type: i
             results.append((logits, step))
         assert np.array_equal(results[0][0], results[1][0]) and np.array_equal(results[0][1], results[1][1])
     assert sorted(shared._slots) == [1]  # only the step's size: prompts did not each leave a slot
+
+
+def test_direct_calls_fall_back_to_the_public_iobinding_api() -> None:
+    """Without onnxruntime's private pybind attributes the public calls are used, same arguments."""
+    from specdec.pipeline.runtime.fused import _direct_calls
+
+    calls: list[tuple[object, ...]] = []
+
+    class PublicBinding:
+        def bind_input(self, *args: object) -> None:
+            calls.append(("in", *args))
+
+        def bind_output(self, *args: object) -> None:
+            calls.append(("out", *args))
+
+    class PublicSession:
+        def run_with_iobinding(self, binding: object) -> None:
+            calls.append(("run", binding))
+
+    binding = PublicBinding()
+    bind_input, bind_output, run = _direct_calls(PublicSession(), binding)
+    bind_input("mask", np.float32, [1, 2], 1234)
+    bind_output("logits", np.float32, [1, 3], 5678)
+    run()
+    assert calls == [("in", "mask", "cpu", 0, np.float32, [1, 2], 1234),
+                     ("out", "logits", "cpu", 0, np.float32, [1, 3], 5678), ("run", binding)]
