@@ -194,9 +194,7 @@ class FusedRunner:
         q = int(np.size(ids))
         past = self._length + self._scratch
         total = past + q
-        if total > self.capacity:
-            raise GenerationError(f"the {self.info.role} KV buffer of {self.capacity} slots is full",
-                                  "compile with a larger --max-context or generate fewer tokens")
+        self._check_room(total)
         slot = self._slot(q, prompt=past == 0)
         slot.ids[0] = ids
         slot.positions[0] = positions
@@ -228,9 +226,7 @@ class FusedRunner:
         total = past + rows
         if self._scratch:
             raise RuntimeError("a root step needs an empty scratch: commit the last call first")
-        if total > self.capacity:
-            raise GenerationError(f"the {self.info.role} KV buffer of {self.capacity} slots is full",
-                                  "compile with a larger --max-context or generate fewer tokens")
+        self._check_room(total)
         slot = self._slot(rows)
         slot.ids[0, 0] = token
         slot.positions[0, 0] = past
@@ -252,6 +248,11 @@ class FusedRunner:
         next_token = slot.outputs["next_token"]
         self.last_bytes_out = next_token.nbytes
         return int(next_token)
+
+    def _check_room(self, total: int) -> None:
+        if total > self.capacity:
+            raise GenerationError(f"the {self.info.role} KV buffer of {self.capacity} slots is full",
+                                  "compile with a larger --max-context or generate fewer tokens")
 
     def _slot(self, q: int, prompt: bool = False) -> _CallSlot:
         """Steps, trees and draft levels come in few sizes: each gets a slot bound once. A prompt
