@@ -9,7 +9,7 @@ import pytest
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
-from specdec.pipeline.errors import UnsupportedModelError
+from specdec.pipeline.errors import GenerationError, UnsupportedModelError
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.fused import FusedRunner
@@ -232,3 +232,16 @@ def test_direct_calls_fall_back_to_the_public_iobinding_api() -> None:
     run()
     assert calls == [("in", "mask", "cpu", 0, np.float32, [1, 2], 1234),
                      ("out", "logits", "cpu", 0, np.float32, [1, 3], 5678), ("run", binding)]
+
+
+def test_a_full_kv_buffer_is_a_clear_error_on_both_call_paths(fused) -> None:  # type: ignore[no-untyped-def]
+    runner = Engine(fused["surgered"].path).target
+    assert isinstance(runner, FusedRunner)
+    room = runner.capacity - 1
+    runner.forward(np.arange(room) % 200 + 1, np.arange(room), no_scratch(room), causal(room))
+    runner.commit(np.arange(room))
+    with pytest.raises(GenerationError, match=f"KV buffer of {runner.capacity} slots is full"):
+        runner.greedy_root_step(5, 2)
+    with pytest.raises(GenerationError, match="larger --max-context"):
+        runner.forward(np.array([5, 0]), room + np.arange(2), no_scratch(2), np.eye(2, dtype=bool))
+    assert runner.greedy_root_step(5, 1) >= 0 and runner.length == runner.capacity  # the last slot still fits
