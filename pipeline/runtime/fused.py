@@ -137,7 +137,7 @@ class FusedRunner:
         import onnxruntime as ort
 
         self.info = info
-        self.session = make_session(path, options or SessionOptions())
+        self.session = make_session(path, options or SessionOptions(), threads_by_size=False)
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name for o in self.session.get_outputs()}
         self.has_prune = "cand_ids" in self.outputs

@@ -13,14 +13,18 @@ from specdec.pipeline.errors import BundleError
 from specdec.pipeline.runtime.config import PruneParams
 from specdec.pipeline.runtime.manifest import GraphInfo
 
-# Below this size a graph's kernels are too short for intra-op threads to pay for their
-# synchronisation: on the demo pair one thread decoded 2x faster than two on a 2-core host.
+# Below this size the generic and static graphs' kernels are too short for intra-op threads to pay
+# for their synchronisation (the demo pair on a 2-core host, plain decoding: static npu flavour
+# 1230 tok/s on one thread, 650-700 on two; generic export 1340 vs 1360). The fused cpu flavour's
+# kernels are few and large (packed QKV, fused norms, GroupQueryAttention), and threads pay from
+# the demo size up (fp32 1900 vs 2350, int4 level 0 450 vs 520; int4 level 4 in the exact layout
+# 1930 vs 1790): it always runs on onnxruntime's default, all cores, as onnxruntime-genai does.
 SMALL_GRAPH_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
 class SessionOptions:
-    threads: int = 0  # 0: auto (1 for graphs under 64 MiB, else onnxruntime's default of all cores)
+    threads: int = 0  # 0: auto (all cores; 1 for generic and static graphs under 64 MiB)
     optimization: str = "all"  # onnxruntime graph optimisation level: disable|basic|extended|all
     spinning: bool = True  # intra-op worker threads busy-wait for the next job (onnxruntime's default)
     # The draft runs single-threaded: its kernels are too short for threads to pay, and a second
@@ -29,19 +33,24 @@ class SessionOptions:
     draft_threads: int = 1
 
 
-def _auto_threads(path: os.PathLike[str] | str, extra_bytes: int = 0) -> int:
+def _auto_threads(path: os.PathLike[str] | str, extra_bytes: int, by_size: bool) -> int:
+    if not by_size:
+        return 0  # onnxruntime's default: all cores
     base = Path(path)
     size = extra_bytes + sum(p.stat().st_size for p in base.parent.glob(base.name + "*") if p.is_file())
     return 1 if size < SMALL_GRAPH_BYTES else 0
 
 
-def make_session(path: os.PathLike[str] | str, options: SessionOptions, extra_bytes: int = 0) -> Any:
-    """`extra_bytes`: weights the graph reads from a file not named after it (a shared weights file)."""
+def make_session(path: os.PathLike[str] | str, options: SessionOptions, extra_bytes: int = 0,
+                 threads_by_size: bool = True) -> Any:
+    """`extra_bytes`: weights the graph reads from a file not named after it (a shared weights file);
+    `threads_by_size`: auto threads are 1 for a graph under SMALL_GRAPH_BYTES (not for fused graphs)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    so.intra_op_num_threads = options.threads if options.threads > 0 else _auto_threads(path, extra_bytes)
+    so.intra_op_num_threads = (options.threads if options.threads > 0
+                               else _auto_threads(path, extra_bytes, threads_by_size))
     so.inter_op_num_threads = 1
     if not options.spinning:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
