@@ -117,6 +117,16 @@ class _CallSlot:
             self.bind_output(name, dtype, dims, view.ctypes.data)
             self.outputs[name] = view
 
+    def call(self, total: int, mask: np.ndarray, extra_inputs: dict[str, np.ndarray] | None) -> None:
+        """Run the bound q rows over `total` KV slots: `mask` holds the [q, total] attention bias (a
+        longer row is bound by its prefix); op inputs not given get their defaults back."""
+        self.seqlens[0] = total - 1
+        self.total[()] = total
+        self.bind_input("attention_bias", mask.dtype, [1, 1, self.q, total], mask.ctypes.data)
+        if extra_inputs or self.dirty:
+            self.set_op_inputs(extra_inputs or {})
+        self.run()
+
     def set_op_inputs(self, given: dict[str, np.ndarray]) -> None:
         """Write the caller's op inputs for this call; the others get their defaults back.
         Every op input's shape follows q (the graph's declared shapes), so values fit in place."""
@@ -198,16 +208,11 @@ class FusedRunner:
         slot = self._slot(q, prompt=past == 0)
         slot.ids[0] = ids
         slot.positions[0] = positions
-        slot.seqlens[0] = total - 1
-        slot.total[()] = total
         if q == 1 and past == self._length and bool(new_visible[0, 0]):
             mask = self._visible_row  # nothing in scratch: the row sees every slot
         else:
             mask = build_mask(self.dtype, self.mask_min, self._length, past, scratch_visible, new_visible)
-        slot.bind_input("attention_bias", self.dtype, [1, 1, q, total], mask.ctypes.data)
-        if extra_inputs or slot.dirty:
-            slot.set_op_inputs(extra_inputs or {})
-        slot.run()
+        slot.call(total, mask, extra_inputs)
         arrays = slot.outputs
         names = (["logits"] if with_logits else []) + list(extra_outputs)
         result = {name: arrays[name].copy() for name in names}
@@ -238,12 +243,7 @@ class FusedRunner:
             mask[:, past:].flat[:: rows + 1] = 0
             slot.positions[0, 1:] = range(past + 1, total)
             slot.ids[0, 1:] = 0
-        slot.seqlens[0] = total - 1
-        slot.total[()] = total
-        slot.bind_input("attention_bias", self.dtype, [1, 1, rows, total], mask.ctypes.data)
-        if slot.dirty:
-            slot.set_op_inputs({})
-        slot.run()
+        slot.call(total, mask, None)
         self._length = past + 1
         next_token = slot.outputs["next_token"]
         self.last_bytes_out = next_token.nbytes
