@@ -84,5 +84,4 @@ def host_controllers(names: tuple[str, ...], profile: DeviceProfile, scenario: S
                      settings: ResolvedSettings) -> RoundController | None:
     """Controllers for decoding on this machine: its thermal zones (where the profile reads them), no battery."""
     zones = [str(p) for p in sorted(Path(profile.sensors.thermal_dir).glob("thermal_zone*/temp"))]
-    spec = controller_spec(names, profile, scenario, settings.config.prune.beta_base, settings.plan_plain_step_ms)
-    return build_chain(spec, zones, None)
+    return build_chain(controller_spec(names, profile, scenario, settings), zones, None)

@@ -265,11 +265,11 @@ def check_controllers(names: Sequence[str]) -> tuple[str, ...]:
 
 
 def controller_spec(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,
-                    beta_base: float, plan_plain_step_ms: float | None = None) -> dict[str, Any]:
+                    settings: ResolvedSettings) -> dict[str, Any]:
     """What `runtime.controllers.build_chain` needs: targets from the scenario, limits from the profile,
-    and the plain step time of the tuned plan the run follows."""
+    the run's beta_base and the plain step time of the tuned plan the run follows."""
     targets = scenario.controller.model_dump() if scenario else {}
-    return {"enabled": list(names), "targets": targets, "beta_base": beta_base, "max_width": profile.tree.max_width,
-            "thermal": profile.thermal.model_dump(), "power": {"budget_w": profile.power.budget_w},
-            "plan_plain_step_ms": plan_plain_step_ms}
+    return {"enabled": list(names), "targets": targets, "beta_base": settings.config.prune.beta_base,
+            "max_width": profile.tree.max_width, "thermal": profile.thermal.model_dump(),
+            "power": {"budget_w": profile.power.budget_w}, "plan_plain_step_ms": settings.plan_plain_step_ms}
 

@@ -153,8 +153,7 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
             tune = planning.tune_request(bundle, options_from(config), key,
                                          calibration_prompts(config, codec, prompts))
         sensors = sensor_args(device, profile, config.controllers)
-        controls = controller_spec(config.controllers, profile, scenario, settings.config.prune.beta_base,
-                                   settings.plan_plain_step_ms)
+        controls = controller_spec(config.controllers, profile, scenario, settings)
         controls["power"].update(sensors.power)
         run_spec = RunSpec(decode=settings.config, prompts=[p.ids for p in prompts], repeats=config.repeats,
                            threads=threads, controllers=controls, tune=tune)
