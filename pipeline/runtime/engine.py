@@ -96,6 +96,9 @@ class Engine:
         self.drafter = (ModelDrafter(make_runner(draft, self.info, draft_options), self.vocab)
                         if draft is not None else None)
         self.eos = set(self.info.eos_token_ids)
+        # A greedy root step the runner does in one call (FusedRunner), when the graph verifies itself.
+        fast = getattr(self.target, "greedy_root_step", None)
+        self._greedy_root_step: Callable[[int, int], int] | None = fast if self.target.has_verify else None
         self.max_context = min(self.target.max_context, self.drafter.runner.max_context if self.drafter else 1 << 62)
 
     # -- helpers ---------------------------------------------------------------------------
@@ -198,10 +201,9 @@ class Engine:
         clock = StageClock(stats)
         target = self.target
         rows = 2 if config.exact_layout else 1  # the exact layout never calls with a single row
-        fast = getattr(target, "greedy_root_step", None)
-        if fast is not None and target.has_verify and config.effective_mode is VerifyMode.greedy:
+        if self._greedy_root_step is not None and config.effective_mode is VerifyMode.greedy:
             with clock(VERIFY):
-                token: int = fast(output[-1], rows)
+                token = self._greedy_root_step(output[-1], rows)
             stats.bytes_out += target.last_bytes_out
             return token
         args = (np.array(output[-1:] + [0] * (rows - 1)), target.length + np.arange(rows), *_ROOT_VISIBLE[rows])
