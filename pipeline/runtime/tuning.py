@@ -3,8 +3,9 @@
 Runs where the engine runs (this machine for `specdec tune --device local`, the phone inside the
 bench runner), torch-free:
 
-1. plain decoding of the calibration prompts gives the plain step time (host work included);
-2. the target's verify time c(n) is timed for trees of n nodes at the calibration context;
+1. plain decoding of the calibration prompts gives the plain step time (host work included), and
+2. the target's verify time c(n) is timed for trees of n nodes at the calibration context, the two
+   interleaved: the prediction divides one by the other, so drift between them must cancel;
 3. one calibration pass per drafter configuration (the draft model, prompt lookup with a few
    n-gram lengths, both; a few widths each) decodes the prompts speculatively with a generous
    tree and records every round the planner needs (planner.CalibrationRound);
@@ -140,17 +141,18 @@ def calibration_round(stats: RoundStats) -> CalibrationRound:
                             rest_ms=max(rest, 0.0))
 
 
-def plain_step_ms(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig) -> float:
-    """Milliseconds per plainly decoded token, prefill excluded (the baseline the plan must beat)."""
-    plain = dataclasses.replace(config, speculative=False)
-    total_ns = tokens = 0
-    for prompt in prompts:
-        reply = engine.generate(prompt, plain)
-        total_ns += sum(r.wall_ns for r in reply.rounds)
-        tokens += sum(r.accepted_len for r in reply.rounds)
+def plain_pass(engine: Engine, prompt: list[int], config: DecodeConfig) -> tuple[int, int]:
+    """(nanoseconds, tokens) of one prompt's plainly decoded rounds, prefill excluded."""
+    reply = engine.generate(prompt, dataclasses.replace(config, speculative=False))
+    return sum(r.wall_ns for r in reply.rounds), sum(r.accepted_len for r in reply.rounds)
+
+
+def _per_token_ms(passes: Sequence[tuple[int, int]]) -> float:
+    """Milliseconds per plainly decoded token over the passes (the baseline the plan must beat)."""
+    tokens = sum(t for _, t in passes)
     if not tokens:
         raise ValueError("calibration produced no tokens")
-    return total_ns / tokens / 1e6
+    return sum(ns for ns, _ in passes) / tokens / 1e6
 
 
 def _tree(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -162,31 +164,54 @@ def _tree(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return parents, depths, ancestor_matrix(parents)
 
 
-def verify_cost(engine: Engine, context: list[int], config: DecodeConfig, sizes: Sequence[int],
-                repeats: int) -> CostCurve:
-    """Target verify time for trees of each size on `context` (the call the engine makes).
-
-    The sizes are timed round-robin, `repeats` rounds, median per size: a device whose speed drifts
-    (heat, other load) then shifts every size alike instead of bending the curve.
-    """
+def _prefill(engine: Engine, context: list[int]) -> None:
     target = engine.target
+    target.reset()
+    ids = np.asarray(context, np.int64)
+    target.forward(ids, np.arange(ids.size), no_scratch(ids.size), causal(ids.size))
+    target.commit(np.arange(ids.size))
+
+
+def _time_verify(engine: Engine, context: list[int], config: DecodeConfig, size: int,
+                 tree: tuple[np.ndarray, np.ndarray, np.ndarray], rand: Randomness) -> int:
+    """Nanoseconds of one verify call of `size` nodes after the committed context (the engine's call)."""
+    target = engine.target
+    parents, depths, visible = tree
+    tokens = np.resize(np.asarray(context[-size:], np.int64), size)
+    start = time.perf_counter_ns()
+    if target.has_verify:
+        target.forward(tokens, target.length + depths, no_scratch(size), visible,
+                       extra_inputs=engine.verify_inputs(parents, depths, config, rand, 0),
+                       extra_outputs=("accepted", "accepted_len", "next_token"), with_logits=False)
+    else:
+        target.forward(tokens, target.length + depths, no_scratch(size), visible)
+    elapsed = time.perf_counter_ns() - start
+    target.commit([])
+    return elapsed
+
+
+def measure_costs(engine: Engine, prompts: Sequence[list[int]], context: list[int], config: DecodeConfig,
+                  sizes: Sequence[int], repeats: int) -> tuple[float, CostCurve]:
+    """The plain step (ms per token over the prompts decoded plainly) and the verify curve on
+    `context` (median of `repeats` round-robin rounds over the sizes), interleaved pass by pass.
+
+    A plan's prediction is plain step / round time: measured minutes apart, a device whose speed
+    drifts (heat, other load) biases that ratio (a 10 % slower plain pass on the VM this was built
+    on overstated the predicted speedup by as much); interleaved, drift hits both alike.
+    """
     rand = Randomness(config.seed)
     trees = {size: _tree(size) for size in sizes}
     samples: dict[int, list[int]] = {size: [] for size in sizes}
-    for _ in range(repeats):
-        for size in sizes:
-            parents, depths, visible = trees[size]
-            tokens = np.resize(np.asarray(context[-size:], np.int64), size)
-            start = time.perf_counter_ns()
-            if target.has_verify:
-                target.forward(tokens, target.length + depths, no_scratch(size), visible,
-                               extra_inputs=engine.verify_inputs(parents, depths, config, rand, 0),
-                               extra_outputs=("accepted", "accepted_len", "next_token"), with_logits=False)
-            else:
-                target.forward(tokens, target.length + depths, no_scratch(size), visible)
-            samples[size].append(time.perf_counter_ns() - start)
-            target.commit([])
-    return CostCurve(tuple((size, statistics.median(samples[size]) / 1e6) for size in sizes))
+    passes: list[tuple[int, int]] = []
+    for index in range(max(len(prompts), repeats)):
+        if index < len(prompts):
+            passes.append(plain_pass(engine, prompts[index], config))
+        if index < repeats:
+            _prefill(engine, context)  # plain decoding reset the target; untimed
+            for size in sizes:
+                samples[size].append(_time_verify(engine, context, config, size, trees[size], rand))
+    curve = CostCurve(tuple((size, statistics.median(samples[size]) / 1e6) for size in sizes))
+    return _per_token_ms(passes), curve
 
 
 def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, settings: TuneSettings | None = None,
@@ -204,16 +229,10 @@ def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, set
     engine.generate(prompts[0], dataclasses.replace(warm, speculative=False))
     for spec in calibration_specs(settings, base, has_draft=engine.drafter is not None):
         engine.generate(prompts[0], spec.config(warm, max_budget))
-    step("timing plain decoding")
-    plain_ms = plain_step_ms(engine, prompts, base)
+    step("timing plain decoding and target verification by tree size")
     context = list(prompts[0]) + list(range(1, settings.max_new_tokens // 2))
-    step("timing target verification by tree size")
-    engine.target.reset()
-    prefill = np.asarray(context, np.int64)
-    engine.target.forward(prefill, np.arange(prefill.size), no_scratch(prefill.size), causal(prefill.size))
-    engine.target.commit(np.arange(prefill.size))
     sizes = sorted({s for s in (budgets or VERIFY_SIZES) if s <= max(max_budget, 1)} | {1})
-    verify = verify_cost(engine, context, base, sizes, settings.repeats)
+    plain_ms, verify = measure_costs(engine, prompts, context, base, sizes, settings.repeats)
     calibrations: list[Calibration] = []
     notes: list[str] = []
     specs = calibration_specs(settings, base, has_draft=engine.drafter is not None)

@@ -172,3 +172,35 @@ def test_measured_speedup_decodes_both_ways(bundle_factory) -> None:  # type: ig
     choice = TreeChoice("model", budget=4, depth=3, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.5)
     speedup = tuning.measured_speedup(engine, _prompts(engine.vocab), DecodeConfig(max_new_tokens=8), choice, 1)
     assert 0.05 < speedup < 20.0  # a ratio of two real, positive rates
+
+
+def test_plain_passes_and_verify_rounds_interleave(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Drift between the plain step and the verify curve biases every prediction (their ratio):
+    the two are timed pass by pass, and each keeps its own aggregate."""
+    calls: list[str] = []
+
+    def plain(engine, prompt, config):  # type: ignore[no-untyped-def]
+        calls.append(f"plain {prompt[0]}")
+        return 1_000_000 * prompt[0], 2  # ns, tokens
+
+    def verify(engine, context, config, size, tree, rand):  # type: ignore[no-untyped-def]
+        calls.append(f"verify {size}")
+        return 1_000_000 * size * (len(calls) % 3 + 1)
+
+    monkeypatch.setattr(tuning, "plain_pass", plain)
+    monkeypatch.setattr(tuning, "_prefill", lambda engine, context: calls.append("prefill"))
+    monkeypatch.setattr(tuning, "_time_verify", verify)
+    prompts = [[1], [2], [3]]
+    plain_ms, curve = tuning.measure_costs(None, prompts, [5, 6], DecodeConfig(), [1, 2], repeats=2)  # type: ignore[arg-type]
+    assert calls == ["plain 1", "prefill", "verify 1", "verify 2", "plain 2", "prefill", "verify 1", "verify 2",
+                     "plain 3"]
+    assert plain_ms == (1 + 2 + 3) / 6  # every prompt's tokens, prefill excluded
+    assert [size for size, _ in curve.points] == [1, 2] and all(ms > 0 for _, ms in curve.points)
+
+
+def test_measure_costs_times_a_real_bundle(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    engine = Engine(bundle_factory("llama").path)
+    prompts = _prompts(engine.vocab)
+    plain_ms, curve = tuning.measure_costs(engine, prompts, list(prompts[0]) * 2, DecodeConfig(max_new_tokens=6),
+                                           [1, 3], repeats=3)
+    assert plain_ms > 0 and [n for n, _ in curve.points] == [1, 3] and all(ms > 0 for _, ms in curve.points)
