@@ -195,9 +195,10 @@ def measure_costs(engine: Engine, prompts: Sequence[list[int]], context: list[in
     """The plain step (ms per token over the prompts decoded plainly) and the verify curve on
     `context` (median of `repeats` round-robin rounds over the sizes), interleaved pass by pass.
 
-    A plan's prediction is plain step / round time: measured minutes apart, a device whose speed
-    drifts (heat, other load) biases that ratio (a 10 % slower plain pass on the VM this was built
-    on overstated the predicted speedup by as much); interleaved, drift hits both alike.
+    Round-robin over the sizes, a device whose speed drifts (heat, other load) shifts every size
+    alike instead of bending the curve. And a plan's prediction is plain step / round time:
+    measured minutes apart, drift biases that ratio (a 10 % slower plain pass on the VM this was
+    built on overstated the predicted speedup by as much); interleaved, it hits both alike.
     """
     rand = Randomness(config.seed)
     trees = {size: _tree(size) for size in sizes}
