@@ -1,0 +1,86 @@
+"""Where a reply's time goes: prefill, then per round the stages the engine clocks, plain and speculative.
+
+peers.py and step_profile.py give tokens/s and per-token time; this splits a speculative round
+into the slices `specdec bench` traces (draft forward, pruning and tree building, target verify,
+accept, KV commit, prompt lookup) and what is left (host glue), next to plain decoding of the same
+bundle, with the settings `specdec generate` resolves (the bundle's plan for this machine).
+
+    .venv/bin/python benchmarks/round_profile.py BUNDLE [--threads 2] [--prompts 8] [--tokens 64] [--repeats 2]
+
+e.g. benchmarks/results/cache/peers-realistic/tuned-cpu-int4-fb4-t2 (built by peers.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from collections import Counter
+from pathlib import Path
+
+from specdec.pipeline.bench.prompts import default_prompts_file
+from specdec.pipeline.generate import decode_settings
+from specdec.pipeline.profiles import load_device
+from specdec.pipeline.prompts import load_prompts
+from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.stats import STAGES
+from specdec.pipeline.text import TextCodec
+
+
+def _prompts(bundle: Path, count: int) -> list[list[int]]:
+    codec = TextCodec(bundle / "tokenizer")
+    path = default_prompts_file()
+    assert path is not None
+    return [codec.encode(p.text or "") for p in load_prompts(path)[:count]]
+
+
+def profile(engine: Engine, prompts: list[list[int]], config: DecodeConfig, label: str) -> None:
+    stage_ns: Counter[str] = Counter()
+    rounds = tokens = wall_ns = prefill_ns = produced = 0
+    start = time.perf_counter()
+    for prompt in prompts:
+        reply = engine.generate(prompt, config)
+        produced += len(reply.output_ids)
+        prefill_ns += reply.prefill_ns
+        for stats in reply.rounds:
+            rounds += 1
+            tokens += stats.accepted_len
+            wall_ns += stats.wall_ns
+            for stage in STAGES:
+                stage_ns[stage] += stats.stage_ns(stage)
+    elapsed = time.perf_counter() - start
+    print(f"{label}: {produced / elapsed:.1f} tok/s; prefill {prefill_ns / 1e6:.0f} of "
+          f"{elapsed * 1e3:.0f} ms; {rounds} rounds, {tokens / max(rounds, 1):.2f} tokens/round")
+    slices = " ".join(f"{stage}={ns / rounds / 1e3:.0f}" for stage, ns in stage_ns.items() if ns)
+    host = (wall_ns - sum(stage_ns.values())) / rounds / 1e3
+    print(f"  per round (us): wall {wall_ns / rounds / 1e3:.0f}; {slices}; rest (host) {host:.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("bundle", type=Path)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    engine = Engine(args.bundle, SessionOptions(threads=args.threads))
+    engine.eos = set()  # exactly --tokens per reply, as peers.py
+    settings = decode_settings(engine.info, {"max_new_tokens": args.tokens}, load_device("local-cpu"), None,
+                               threads=args.threads)
+    speculative = settings.config
+    plain = dataclasses.replace(speculative, speculative=False)
+    print(f"plan: drafter {speculative.drafter.value}, budget {speculative.tree_budget}, depth {speculative.depth}, "
+          f"width {speculative.width}, exact layout {speculative.exact_layout}")
+    prompts = _prompts(args.bundle, args.prompts)
+    engine.generate(prompts[0], speculative)  # warm-up: first calls allocate and pick kernels
+    engine.generate(prompts[0], plain)
+    for repeat in range(args.repeats):  # alternate so drift hits both alike
+        for label, config in (("plain", plain), ("speculative", speculative))[:: 1 if repeat % 2 == 0 else -1]:
+            profile(engine, prompts, config, f"[{repeat + 1}/{args.repeats}] {label}")
+
+
+if __name__ == "__main__":
+    main()
