@@ -18,22 +18,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from specdec.pipeline.bench.prompts import default_prompts_file
+from common import prompts as prompt_texts
+
 from specdec.pipeline.generate import decode_settings
 from specdec.pipeline.profiles import load_device
-from specdec.pipeline.prompts import load_prompts
 from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.stats import STAGES
 from specdec.pipeline.text import TextCodec
-
-
-def _prompts(bundle: Path, count: int) -> list[list[int]]:
-    codec = TextCodec(bundle / "tokenizer")
-    path = default_prompts_file()
-    assert path is not None
-    return [codec.encode(p.text or "") for p in load_prompts(path)[:count]]
 
 
 def profile(engine: Engine, prompts: list[list[int]], config: DecodeConfig, label: str) -> None:
@@ -53,9 +46,10 @@ def profile(engine: Engine, prompts: list[list[int]], config: DecodeConfig, labe
     elapsed = time.perf_counter() - start
     print(f"{label}: {produced / elapsed:.1f} tok/s; prefill {prefill_ns / 1e6:.0f} of "
           f"{elapsed * 1e3:.0f} ms; {rounds} rounds, {tokens / max(rounds, 1):.2f} tokens/round")
-    slices = " ".join(f"{stage}={ns / rounds / 1e3:.0f}" for stage, ns in stage_ns.items() if ns)
-    host = (wall_ns - sum(stage_ns.values())) / rounds / 1e3
-    print(f"  per round (us): wall {wall_ns / rounds / 1e3:.0f}; {slices}; rest (host) {host:.0f}")
+    per_round = max(rounds, 1) * 1e3  # ns -> us per round
+    slices = " ".join(f"{stage}={ns / per_round:.0f}" for stage, ns in stage_ns.items() if ns)
+    host = (wall_ns - sum(stage_ns.values())) / per_round
+    print(f"  per round (us): wall {wall_ns / per_round:.0f}; {slices}; rest (host) {host:.0f}")
 
 
 def main() -> None:
@@ -72,9 +66,11 @@ def main() -> None:
                                threads=args.threads)
     speculative = settings.config
     plain = dataclasses.replace(speculative, speculative=False)
-    print(f"plan: drafter {speculative.drafter.value}, budget {speculative.tree_budget}, depth {speculative.depth}, "
-          f"width {speculative.width}, exact layout {speculative.exact_layout}")
-    prompts = _prompts(args.bundle, args.prompts)
+    print(f"plan: speculative {speculative.speculative}, drafter {speculative.drafter.value}, "
+          f"budget {speculative.tree_budget}, depth {speculative.depth}, width {speculative.width}, "
+          f"exact layout {speculative.exact_layout}")
+    codec = TextCodec(args.bundle / "tokenizer")
+    prompts = [codec.encode(text) for text in prompt_texts(args.prompts)]
     engine.generate(prompts[0], speculative)  # warm-up: first calls allocate and pick kernels
     engine.generate(prompts[0], plain)
     for repeat in range(args.repeats):  # alternate so drift hits both alike
