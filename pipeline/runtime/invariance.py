@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specdec.pipeline.runtime.runner import Runner, causal, no_scratch
+from specdec.pipeline.runtime.runner import Runner, causal, no_scratch, prefill
 from specdec.pipeline.runtime.tree import ancestor_matrix
 
 _PROMPT = 24
@@ -37,12 +37,6 @@ class Invariance:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
-
-
-def _prefill(runner: Runner, prompt: np.ndarray) -> None:
-    runner.reset()
-    runner.forward(prompt, np.arange(prompt.size), no_scratch(prompt.size), causal(prompt.size))
-    runner.commit(np.arange(prompt.size))
 
 
 def _step(runner: Runner, token: int, pad: bool) -> np.ndarray:
@@ -63,23 +57,23 @@ def measure(runner: Runner, vocab: int, seed: int = 0) -> Invariance:
     chain = rng.integers(0, vocab, _CHAIN)
 
     def chain_logits() -> np.ndarray:
-        _prefill(runner, prompt)
+        prefill(runner, prompt)
         logits, _ = runner.forward(chain, _PROMPT + np.arange(_CHAIN), no_scratch(_CHAIN), causal(_CHAIN))
         assert logits is not None
         runner.commit([])
         return logits
 
     together = chain_logits()
-    _prefill(runner, prompt)
+    prefill(runner, prompt)
     padded = np.array([_step(runner, int(t), pad=True) for t in chain])
-    _prefill(runner, prompt)
+    prefill(runner, prompt)
     alone = _step(runner, int(chain[0]), pad=False)
 
     depths = np.zeros(_TREE_PARENTS.size, np.int64)
     for node in range(1, _TREE_PARENTS.size):
         depths[node] = depths[_TREE_PARENTS[node]] + 1
     tokens = rng.integers(0, vocab, _TREE_PARENTS.size)
-    _prefill(runner, prompt)
+    prefill(runner, prompt)
     tree, _ = runner.forward(tokens, _PROMPT + depths, no_scratch(tokens.size), ancestor_matrix(_TREE_PARENTS))
     assert tree is not None
     runner.commit([])
@@ -88,7 +82,7 @@ def measure(runner: Runner, vocab: int, seed: int = 0) -> Invariance:
     while _TREE_PARENTS[path[-1]] >= 0:
         path.append(int(_TREE_PARENTS[path[-1]]))
     path.reverse()
-    _prefill(runner, prompt)
+    prefill(runner, prompt)
     stepped = np.array([_step(runner, int(tokens[node]), pad=True) for node in path])
     runner.reset()
     return Invariance(

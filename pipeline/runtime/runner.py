@@ -59,6 +59,13 @@ def no_scratch(q: int) -> np.ndarray:
     return np.zeros((q, 0), dtype=bool)
 
 
+def prefill(runner: Runner, ids: np.ndarray) -> None:
+    """Reset `runner` and commit `ids` as its context: a causal prefill whose logits nobody reads."""
+    runner.reset()
+    runner.forward(ids, np.arange(ids.size), no_scratch(ids.size), causal(ids.size))
+    runner.commit(np.arange(ids.size))
+
+
 def build_mask(dtype: np.dtype, neg: float, committed: int, width: int, scratch_visible: np.ndarray,
                new_visible: np.ndarray, new_width: int | None = None) -> np.ndarray:
     """Additive mask [1, 1, q, width + new_width]: committed slots, visible scratch, visible new."""

@@ -33,7 +33,7 @@ from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.planner import Calibration, CalibrationRound, CostCurve, Plan, TreeChoice, plan_tree
 from specdec.pipeline.runtime.rng import Randomness
-from specdec.pipeline.runtime.runner import causal, no_scratch
+from specdec.pipeline.runtime.runner import no_scratch, prefill
 from specdec.pipeline.runtime.stats import DRAFT, PRUNE, VERIFY, RoundStats
 from specdec.pipeline.runtime.tree import ancestor_matrix
 
@@ -164,14 +164,6 @@ def _tree(size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return parents, depths, ancestor_matrix(parents)
 
 
-def _prefill(engine: Engine, context: list[int]) -> None:
-    target = engine.target
-    target.reset()
-    ids = np.asarray(context, np.int64)
-    target.forward(ids, np.arange(ids.size), no_scratch(ids.size), causal(ids.size))
-    target.commit(np.arange(ids.size))
-
-
 def _time_verify(engine: Engine, context: list[int], config: DecodeConfig, size: int,
                  tree: tuple[np.ndarray, np.ndarray, np.ndarray], rand: Randomness) -> int:
     """Nanoseconds of one verify call of `size` nodes after the committed context (the engine's call)."""
@@ -208,7 +200,7 @@ def measure_costs(engine: Engine, prompts: Sequence[list[int]], context: list[in
         if index < len(prompts):
             passes.append(plain_pass(engine, prompts[index], config))
         if index < repeats:
-            _prefill(engine, context)  # plain decoding reset the target; untimed
+            prefill(engine.target, np.asarray(context, np.int64))  # plain decoding reset the target; untimed
             for size in sizes:
                 samples[size].append(_time_verify(engine, context, config, size, trees[size], rand))
     curve = CostCurve(tuple((size, statistics.median(samples[size]) / 1e6) for size in sizes))

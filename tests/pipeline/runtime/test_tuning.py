@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -188,10 +189,11 @@ def test_plain_passes_and_verify_rounds_interleave(monkeypatch) -> None:  # type
         return 1_000_000 * size * (len(calls) % 3 + 1)
 
     monkeypatch.setattr(tuning, "plain_pass", plain)
-    monkeypatch.setattr(tuning, "_prefill", lambda engine, context: calls.append("prefill"))
+    monkeypatch.setattr(tuning, "prefill", lambda runner, ids: calls.append("prefill"))
     monkeypatch.setattr(tuning, "_time_verify", verify)
     prompts = [[1], [2], [3]]
-    plain_ms, curve = tuning.measure_costs(None, prompts, [5, 6], DecodeConfig(), [1, 2], repeats=2)  # type: ignore[arg-type]
+    engine = SimpleNamespace(target=None)
+    plain_ms, curve = tuning.measure_costs(engine, prompts, [5, 6], DecodeConfig(), [1, 2], repeats=2)  # type: ignore[arg-type]
     assert calls == ["plain 1", "prefill", "verify 1", "verify 2", "plain 2", "prefill", "verify 1", "verify 2",
                      "plain 3"]
     assert plain_ms == (1 + 2 + 3) / 6  # every prompt's tokens, prefill excluded
