@@ -197,10 +197,12 @@ def measure_costs(engine: Engine, prompts: Sequence[list[int]], context: list[in
     samples: dict[int, list[int]] = {size: [] for size in sizes}
     passes: list[tuple[int, int]] = []
     for index in range(max(len(prompts), repeats)):
-        if index < len(prompts):
+        decoded = index < len(prompts)
+        if decoded:
             passes.append(plain_pass(engine, prompts[index], config))
         if index < repeats:
-            prefill(engine.target, np.asarray(context, np.int64))  # plain decoding reset the target; untimed
+            if decoded or index == 0:  # plain decoding reset the target (untimed); verify rounds keep it
+                prefill(engine.target, np.asarray(context, np.int64))
             for size in sizes:
                 samples[size].append(_time_verify(engine, context, config, size, trees[size], rand))
     curve = CostCurve(tuple((size, statistics.median(samples[size]) / 1e6) for size in sizes))

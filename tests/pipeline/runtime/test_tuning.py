@@ -197,6 +197,9 @@ def test_plain_passes_and_verify_rounds_interleave(monkeypatch) -> None:  # type
     assert calls == ["plain 1", "prefill", "verify 1", "verify 2", "plain 2", "prefill", "verify 1", "verify 2",
                      "plain 3"]
     assert plain_ms == (1 + 2 + 3) / 6  # every prompt's tokens, prefill excluded
+    calls.clear()
+    tuning.measure_costs(engine, prompts[:1], [5, 6], DecodeConfig(), [1], repeats=3)  # type: ignore[arg-type]
+    assert calls == ["plain 1", "prefill", "verify 1", "verify 1", "verify 1"]  # the context is prefilled once
     assert [size for size, _ in curve.points] == [1, 2] and all(ms > 0 for _, ms in curve.points)
 
 
