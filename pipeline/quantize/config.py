@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import fnmatch
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,10 @@ _FIRST_BLOCK = re.compile(r"(^|\.)(layers|h|blocks|layer|decoder\.layers)\.0\.")
 _OUTPUT_HEAD = ("lm_head", "embed_out", "output")
 
 
+# The graphs a bundle can hold, in the order they are quantized.
+GRAPH_ROLES = ("target", "draft")
+
+
 class Method(str, enum.Enum):
     rtn = "rtn"
     gptq = "gptq"
@@ -50,6 +55,10 @@ def parse_method(value: Method | str, key: str = "method") -> Method:
 @dataclass(frozen=True)
 class QuantizeConfig:
     output: Path
+    # Which graphs to quantize (None: every graph the bundle has); the others stay as they are.
+    # Quantizing only the draft keeps the target, and so every output token, bit for bit what it
+    # was, while the draft (a weight-bandwidth bound call per tree level) reads a third of the bytes.
+    graphs: tuple[str, ...] | None = None
     method: Method = Method.awq
     target_method: Method | None = None
     draft_method: Method | None = None
@@ -78,6 +87,14 @@ class QuantizeConfig:
             if value is not None:
                 object.__setattr__(self, key, parse_method(value, key))
         object.__setattr__(self, "keep_float", tuple(self.keep_float))
+        if self.graphs is not None:
+            graphs = self.graphs.split(",") if isinstance(self.graphs, str) else list(self.graphs)
+            graphs = [g.strip() for g in graphs if g.strip()]
+            unknown = [g for g in graphs if g not in GRAPH_ROLES]
+            if unknown or not graphs:
+                raise InputError(f"{setting('graphs')} {','.join(unknown) or '(empty)'} names no graph of a bundle",
+                                 f"use {', '.join(GRAPH_ROLES)} or both (comma-separated)")
+            object.__setattr__(self, "graphs", tuple(r for r in GRAPH_ROLES if r in graphs))
         group = self.group_size
         fix = "fix the setting and run again"
         problems = [
@@ -103,6 +120,11 @@ class QuantizeConfig:
         for path, key in ((self.calib, "calib"), (self.eval_file, "eval_file")):
             if path is not None and not Path(path).is_file():
                 raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
+
+    def roles_in(self, available: Iterable[str]) -> tuple[str, ...]:
+        """The graphs to quantize among a bundle's `available` ones (all of them by default)."""
+        present = tuple(r for r in GRAPH_ROLES if r in set(available))
+        return present if self.graphs is None else self.graphs
 
     def method_for(self, role: str) -> Method:
         override = self.target_method if role == "target" else self.draft_method
@@ -132,6 +154,7 @@ class QuantizeConfig:
             return None if path is None else {"path": str(path), "sha256": sha256_file(Path(path))}
 
         return {
+            "graphs": None if self.graphs is None else list(self.graphs),
             "target_method": self.method_for("target").value,
             "draft_method": self.method_for("draft").value,
             "group_size": self.group_size or "auto",

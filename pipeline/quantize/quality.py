@@ -102,12 +102,23 @@ def invariance(bundle_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], data: CalibrationData,
-             *, new_tokens: int, progress: Progress) -> dict[str, Any]:
-    """Measure both bundles; `output_dir` must already hold a (provisional) manifest."""
+             *, new_tokens: int, progress: Progress, quantized: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """Measure both bundles; `output_dir` must already hold a (provisional) manifest.
+
+    `quantized`: the graphs that changed (default all); the others are the same file, so they are
+    scored once and only for the pair's agreement.
+    """
+    changed = tuple(specs) if quantized is None else quantized
     graphs: dict[str, Any] = {}
     argmax: dict[tuple[str, str], list[np.ndarray]] = {}
-    with progress.task("measuring quality before and after", total=2 * len(specs) + 2) as task:
-        for role, spec in specs.items():
+    with progress.task("measuring quality before and after", total=len(specs) + len(changed) + 2) as task:
+        for role in (r for r in specs if r not in changed):
+            graph = Graph(graph_info(role, specs[role], source_dir / specs[role].file))
+            _, argmax[(role, "before")] = _score(graph, data.eval_windows)
+            argmax[(role, "after")] = argmax[(role, "before")]
+            task.advance()
+        for role in changed:
+            spec = specs[role]
             record: dict[str, Any] = {"bytes_before": graph_bytes(source_dir, spec),
                                       "bytes_after": graph_bytes(output_dir, spec)}
             record["size_ratio"] = record["bytes_after"] / record["bytes_before"]
@@ -117,8 +128,9 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
                 task.advance()
             record["perplexity_increase_pct"] = 100.0 * (record["perplexity_after"] / record["perplexity_before"] - 1)
             graphs[role] = record
-        total_before = sum(g["bytes_before"] for g in graphs.values())
-        total_after = sum(g["bytes_after"] for g in graphs.values())
+        unchanged = sum(graph_bytes(source_dir, specs[role]) for role in specs if role not in changed)
+        total_before = unchanged + sum(g["bytes_before"] for g in graphs.values())
+        total_after = unchanged + sum(g["bytes_after"] for g in graphs.values())
         report: dict[str, Any] = {
             "calibration": {"source": data.source, "samples": int(data.windows.shape[0]),
                             "seq_len": int(data.windows.shape[1]), "tokens": data.tokens_used},

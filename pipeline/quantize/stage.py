@@ -184,17 +184,25 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     if config.calib_seq_len > context:
         raise InputError(f"{setting('calib_seq_len')} {config.calib_seq_len} exceeds the bundle's context of "
                          f"{context} tokens", f"pass {setting('calib_seq_len')} {min(128, context)} or less")
+    roles = config.roles_in(manifest.graphs)
+    missing = [role for role in roles if role not in manifest.graphs]
+    if missing:
+        raise InputError(f"bundle '{source.path}' has no {' or '.join(missing)} graph to quantize",
+                         f"pass {setting('graphs')} {','.join(manifest.graphs)} (or leave it out: every graph)")
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
-        models = {role: load_graph(source.graph_path(role)) for role in manifest.graphs}
+        models = {role: load_graph(source.graph_path(role)) for role in roles}
         plans = {role: plan_graph(find_layers(model), role, config) for role, model in models.items()}
         _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
         data = calibration.prepare(calib=config.calib, eval_file=config.eval_file, samples=config.calib_samples,
                                    seq_len=config.calib_seq_len, prompts=config.eval_prompts, seed=config.seed,
                                    encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()))
-        writer.copy_from(source, exclude=graph_files(source.manifest.files, (s.file for s in manifest.graphs.values())))
+        # graphs left out of --graphs are copied byte for byte (the bundle's hashes show it)
+        writer.copy_from(source, exclude=graph_files(source.manifest.files,
+                                                     (manifest.graphs[role].file for role in roles)))
         records: dict[str, GraphQuantization] = {}
-        for role, spec in manifest.graphs.items():
+        for role in roles:
+            spec = manifest.graphs[role]
             model = models.pop(role)
             records[role] = _quantize_graph(model, role, spec, plans[role], config, data, writer.dir, progress)
             out = writer.dir / spec.file
@@ -206,7 +214,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
         (writer.dir / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
         report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=config.eval_new_tokens,
-                                  progress=progress)
+                                  progress=progress, quantized=roles)
         manifest.reports["quantize"] = report
         quality.enforce(report, config.max_ppl_increase)
         return writer.finish(manifest, stage="quantize", config=config.record(), inputs=input_digests(source))

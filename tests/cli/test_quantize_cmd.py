@@ -42,6 +42,7 @@ def test_bad_options(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no
         (["--group-size", "48"], "--group-size 48 is not a power of two >= 16"),
         (["--group-size", "512"], "group size 512 divides no layer (widths: 64, 128)"),
         (["--accuracy-level", "7"], "--accuracy-level 7 is not one of"),
+        (["--graphs", "drafts"], "--graphs drafts names no graph of a bundle — use target, draft or both"),
         (["--calib", str(tmp_path / "nope.txt")], "does not exist"),
     ]
     empty = tmp_path / "empty.txt"

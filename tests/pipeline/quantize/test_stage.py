@@ -190,6 +190,47 @@ def test_genai_layout_puts_every_target_layer_at_4_bits(bundle_factory, tmp_path
         QuantizeConfig(output=tmp_path / "x", first_block_bits=6)
 
 
+def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """--graphs draft: the target file is copied unchanged, so plain output is the float bundle's; the
+    draft alone is 4-bit, even at accuracy level 4 without the exact layout the int8 target would need."""
+    from specdec.pipeline.settings import bundle_requirements
+
+    source = quantized[0]
+    config = QuantizeConfig(output=tmp_path / "q", graphs="draft", method="rtn", accuracy_level=4, **SMALL)
+    bundle = quantize_bundle(config, source)
+    assert (bundle.path / "target.onnx").read_bytes() == (source.path / "target.onnx").read_bytes()
+    assert "MatMulNBits" not in _ops(bundle.path / "target.onnx")
+    assert _ops(bundle.path / "draft.onnx").count("MatMulNBits") == 8
+    quantization = bundle.manifest.quantization
+    assert quantization is not None and list(quantization.graphs) == ["draft"]
+    assert bundle_requirements(quantization) == {}  # the target computes in float: trees stay exact
+    report = bundle.manifest.reports["quantize"]
+    assert list(report["graphs"]) == ["draft"] and report["speculative"]["layout"] == "tree"
+    assert report["speculative"]["lossless_prompts"] == 3
+    assert bundle.manifest.lineage[-1].config["graphs"] == ["draft"]
+    prompt, plain = [9, 8, 7], DecodeConfig(max_new_tokens=16, speculative=False)
+    expected = Engine(source.path).generate(prompt, plain).output_ids
+    engine = Engine(bundle.path)
+    assert engine.generate(prompt, plain).output_ids == expected
+    assert engine.generate(prompt, DecodeConfig(max_new_tokens=16)).output_ids == expected
+
+
+def test_graphs_setting_is_validated(quantized, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert QuantizeConfig(output=tmp_path / "q", graphs="draft, target").graphs == ("target", "draft")
+    with pytest.raises(InputError, match="graphs drafts names no graph of a bundle"):
+        QuantizeConfig(output=tmp_path / "q", graphs="drafts")
+    with pytest.raises(InputError, match=r"graphs \(empty\) names no graph"):
+        QuantizeConfig(output=tmp_path / "q", graphs=",")
+    source = quantized[0]
+    target_only = Bundle(source.path, source.manifest.model_copy(
+        update={"graphs": {"target": source.manifest.graphs["target"]}}))
+    with pytest.raises(InputError, match="has no draft graph to quantize") as caught:
+        quantize_bundle(QuantizeConfig(output=tmp_path / "t", graphs="draft", **SMALL), target_only)
+    assert not (tmp_path / "t").exists()
+    assert "graphs target (or leave it out: every graph)" in caught.value.one_line()
+    assert QuantizeConfig(output=tmp_path / "a").roles_in(["target"]) == ("target",)  # the default: what is there
+
+
 def test_keep_float_and_short_calibration(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     calib = tmp_path / "short.txt"
     calib.write_text("the quick brown fox jumps over the lazy dog. " * 6)
