@@ -44,15 +44,15 @@ def prompts(count: int = 8) -> list[str]:
     return texts[:count]
 
 
-def realistic_pair() -> tuple[Path, Path]:
-    """The compute-realistic target (benchmarks/realistic.py) and the demo draft, as checkpoints."""
+def realistic_pair(draft: str = "demo") -> tuple[Path, Path]:
+    """The compute-realistic target (benchmarks/realistic.py) and a draft (demo or distilled), as checkpoints."""
     from realistic import write_pair
 
-    return write_pair(CACHE / "realistic")
+    return write_pair(CACHE / ("realistic" if draft == "demo" else f"realistic-{draft}"), draft=draft)
 
 
-def realistic_bundle() -> Bundle:
+def realistic_bundle(draft: str = "demo") -> Bundle:
     """The compute-realistic pair exported (cached)."""
-    target, draft = realistic_pair()
-    out = CACHE / "realistic-export"
-    return cached(out, lambda: export_bundle(ExportConfig(target=str(target), draft=str(draft), output=out)))
+    target, draft_dir = realistic_pair(draft)
+    out = CACHE / ("realistic-export" if draft == "demo" else f"realistic-{draft}-export")
+    return cached(out, lambda: export_bundle(ExportConfig(target=str(target), draft=str(draft_dir), output=out)))

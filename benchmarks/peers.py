@@ -1,7 +1,8 @@
 """specdec against the runtimes a user would pick instead, side by side in one run, same checkpoint.
 
-On one checkpoint (the compute-realistic target of benchmarks/realistic.py with the demo draft,
-or `--target demo`), the same prompts, the same thread count, greedy, a fixed number of new tokens:
+On one checkpoint (the compute-realistic target of benchmarks/realistic.py with the demo draft or,
+with `--draft distilled`, the wider draft of benchmarks/distill_draft.py; or `--target demo`), the
+same prompts, the same thread count, greedy, a fixed number of new tokens:
 
 - onnxruntime-genai plain decoding (its model builder and C++ loop): fp32 and int4 (its defaults:
   block 32, symmetric, accuracy level 4, every MatMul 4-bit);
@@ -10,13 +11,15 @@ or `--target demo`), the same prompts, the same thread count, greedy, a fixed nu
 - specdec, each flavour and precision, plain and speculative: the exported (generic) graphs, the
   fused cpu flavour fp32, the cpu flavour int4 (RTN, block 32, symmetric, accuracy level 4, every
   MatMul 4-bit incl. the first block and the head: genai's settings) — which decodes in the exact
-  layout — and, with `--npu`, the static npu flavour. Speculative runs use the tree
+  layout —, the cpu flavour fp32 with only its draft at 4 bits (`specdec quantize --graphs draft`:
+  the output stays the fp32 target's) and, with `--npu`, the static npu flavour. Speculative runs use the tree
   `specdec tune` plans on this machine.
 
 Every measurement runs in a fresh process (benchmarks/peer_runners.py), configurations interleaved
 across `--repeats`, the median kept. Peers that are not installed are reported missing, not failed.
 
-    .venv/bin/python benchmarks/peers.py [--target realistic|demo] [--threads 2] [--repeats 3]
+    .venv/bin/python benchmarks/peers.py [--target realistic|demo] [--draft demo|distilled] [--threads 2] [--repeats 3]
+        [--fp32-only]
         [--optimum-python /path/to/venv/bin/python] [--json benchmarks/results/peers.json]
 """
 
@@ -51,12 +54,12 @@ class Config:
     error: str | None = None
 
 
-def checkpoints(target: str) -> tuple[Path, Path]:
+def checkpoints(target: str, draft: str) -> tuple[Path, Path]:
     if target == "demo":
         from specdec.pipeline.export.checkpoint import demo_dir
 
         return demo_dir("target"), demo_dir("draft")
-    return realistic_pair()
+    return realistic_pair(draft)
 
 
 # genai's int4 variants: (name suffix, the builder's --extra_options); its default is block 32, symmetric,
@@ -102,7 +105,8 @@ def optimum_model(checkpoint: Path, python: str | None, root: Path) -> Path | st
     return out
 
 
-def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bool) -> dict[str, Path]:
+def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bool, int4: bool = True
+                    ) -> dict[str, Path]:
     """Export, quantize, compile and tune the specdec bundles (cached under `root`)."""
     from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
     from specdec.pipeline.bundle import Bundle
@@ -122,25 +126,31 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bo
     # every MatMul at 4 bits, as genai's builder does (specdec's default keeps the first block and
     # the head at 8); "-fb4" in the cache names: bundles cached before that option had an 8-bit block 0
     genai_layout = {"method": Method.rtn, "accuracy_level": 4, "head_bits": 4, "first_block_bits": 4}
-    int4 = cached("int4-fb4", lambda p: quantize_bundle(QuantizeConfig(
-        output=p, group_size=32, symmetric=True, **genai_layout), surgered))
-    int4_b128 = cached("int4-b128-zp-fb4", lambda p: quantize_bundle(QuantizeConfig(
-        output=p, group_size=128, symmetric=False, **genai_layout), surgered))
     compiled = {
         "generic fp32": surgered,
         "cpu fp32": cached("cpu-fp32", lambda p: compile_bundle(
             CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), surgered)),
-        "cpu int4": cached("cpu-int4-fb4", lambda p: compile_bundle(
-            CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4)),
-        "cpu b128-zp int4": cached("cpu-int4-b128-zp-fb4", lambda p: compile_bundle(
-            CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4_b128)),
     }
+    # the draft alone at 4 bits (int8 compute): the target, and so every output token, stays fp32
+    draft_int4 = cached("int4-draft", lambda p: quantize_bundle(QuantizeConfig(
+        output=p, graphs=("draft",), method=Method.rtn, symmetric=True, accuracy_level=4), surgered))
+    compiled["cpu int4-draft fp32"] = cached("cpu-int4-draft-fp32", lambda p: compile_bundle(
+        CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), draft_int4))
+    if int4:
+        int4_b32 = cached("int4-fb4", lambda p: quantize_bundle(QuantizeConfig(
+            output=p, group_size=32, symmetric=True, **genai_layout), surgered))
+        int4_b128 = cached("int4-b128-zp-fb4", lambda p: quantize_bundle(QuantizeConfig(
+            output=p, group_size=128, symmetric=False, **genai_layout), surgered))
+        compiled["cpu int4"] = cached("cpu-int4-fb4", lambda p: compile_bundle(
+            CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4_b32))
+        compiled["cpu b128-zp int4"] = cached("cpu-int4-b128-zp-fb4", lambda p: compile_bundle(
+            CompileConfig(output=p, target=GraphFlavour.cpu, format=OutputFormat.onnx), int4_b128))
     if npu:
         compiled["npu fp32"] = cached("npu-fp32", lambda p: compile_bundle(
             CompileConfig(output=p, target=GraphFlavour.npu, max_context=512, format=OutputFormat.onnx), surgered))
     tuned = {}
     for name, bundle in compiled.items():
-        key = f"tuned-{name.replace(' ', '-')}{'-fb4' if 'int4' in name else ''}-t{threads}"
+        key = f"tuned-{name.replace(' ', '-')}{'-fb4' if name.endswith('int4') else ''}-t{threads}"
         tuned[name] = cached(key, lambda p, b=bundle: tune_bundle(TuneConfig(output=p, threads=threads), b)[0]).path
     return tuned
 
@@ -172,21 +182,28 @@ def measure(config: Config, ids: list[list[int]], tokens: int, threads: int) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", choices=("realistic", "demo"), default="realistic")
+    parser.add_argument("--draft", choices=("demo", "distilled"), default="demo",
+                        help="the realistic target's draft (the peers decode plainly: only specdec uses it)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--optimum-python", default=None)
     parser.add_argument("--npu", action="store_true", help="also the static npu flavour (slow to compile)")
+    parser.add_argument("--fp32-only", action="store_true", help="leave out every int4 configuration")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "peers.json")
     args = parser.parse_args()
-    root = CACHE / f"peers-{args.target}"
-    root.mkdir(parents=True, exist_ok=True)
-    target, draft = checkpoints(args.target)
+    root = CACHE / f"peers-{args.target}"  # the peers' models depend on the target only
+    distilled = args.target == "realistic" and args.draft != "demo"
+    bundles_root = CACHE / f"peers-{args.target}-{args.draft}" if distilled else root
+    for folder in (root, bundles_root):
+        folder.mkdir(parents=True, exist_ok=True)
+    target, draft = checkpoints(args.target, args.draft)
     ids = prompts(target, args.prompts)
     configs: list[Config] = []
     missing: list[str] = []
-    for precision, suffix, extra in [("fp32", "", ()), *[("int4", suffix, extra) for suffix, extra in GENAI_INT4]]:
+    int4_variants = [] if args.fp32_only else [("int4", suffix, extra) for suffix, extra in GENAI_INT4]
+    for precision, suffix, extra in [("fp32", "", ()), *int4_variants]:
         model = genai_model(target, precision, args.threads, root, tuple(extra))
         if isinstance(model, str):
             missing.append(f"onnxruntime-genai {precision}{suffix}: {model}")
@@ -198,11 +215,12 @@ def main() -> None:
     else:
         configs.append(Config("optimum-onnx fp32", "optimum", "fp32", "plain", str(optimum),
                               python=str(args.optimum_python)))
-    for name, path in specdec_bundles(target, draft, root, args.threads, args.npu).items():
+    for name, path in specdec_bundles(target, draft, bundles_root, args.threads, args.npu,
+                                      int4=not args.fp32_only).items():
         precision = name.split()[-1]
         configs.append(Config(f"specdec {name} plain", "specdec", precision, "plain", str(path),
                               decode={"speculative": False}))
-        if "int4" in name:  # the exact layout pads plain steps; this is the fastest plain step (not bitwise equal)
+        if precision == "int4":  # the exact layout pads plain steps; this is the fastest plain step (not bitwise equal)
             configs.append(Config(f"specdec {name} plain, one-row steps", "specdec", precision, "plain", str(path),
                                   decode={"speculative": False, "exact_layout": False}))
         configs.append(Config(f"specdec {name} speculative (tuned)", "specdec", precision, "speculative", str(path)))
@@ -215,9 +233,9 @@ def main() -> None:
                           f"{config.tok_s[-1] if config.tok_s else config.error}", flush=True)
     rows = report(configs)
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"target": args.target, "threads": args.threads, "prompts": args.prompts,
-                                     "tokens": args.tokens, "repeats": args.repeats, "rows": rows,
-                                     "missing": missing}, indent=1))
+    args.json.write_text(json.dumps({"target": args.target, "draft": args.draft, "threads": args.threads,
+                                     "prompts": args.prompts, "tokens": args.tokens, "repeats": args.repeats,
+                                     "rows": rows, "missing": missing}, indent=1))
     for line in missing:
         print(f"missing: {line}")
 

@@ -11,8 +11,10 @@ acceptance — stays the same:
   MLP compute and nothing to the residual stream.
 
 Default: 24 layers, intermediate 3072 -> 61.5M parameters (the issue's 63.5M / 24-layer target).
-`python benchmarks/realistic.py OUT` writes `OUT/target` (float32 safetensors) and `OUT/draft`
-(the demo draft), both usable by `specdec export`, onnxruntime-genai's model builder and optimum.
+`python benchmarks/realistic.py OUT [--draft demo|distilled]` writes `OUT/target` (float32
+safetensors) and `OUT/draft`: the demo draft, or a wider draft distilled for it
+(benchmarks/distill_draft.py, about 15 minutes on 2 cores), all usable by `specdec export`,
+onnxruntime-genai's model builder and optimum.
 """
 
 from __future__ import annotations
@@ -56,8 +58,13 @@ def grow(layers: int = 24, intermediate: int = 3072, seed: int = 0) -> torch.nn.
     return grown
 
 
-def write_pair(out: Path, layers: int = 24, intermediate: int = 3072) -> tuple[Path, Path]:
-    """Save the grown target and the demo draft as Hugging Face checkpoints under `out`."""
+DRAFTS = ("demo", "distilled")
+
+
+def write_pair(out: Path, layers: int = 24, intermediate: int = 3072, draft: str = "demo") -> tuple[Path, Path]:
+    """Save the grown target and a draft (`DRAFTS`) as Hugging Face checkpoints under `out`."""
+    if draft not in DRAFTS:
+        raise ValueError(f"unknown draft {draft!r}: choose one of {', '.join(DRAFTS)}")
     target_dir, draft_dir = out / "target", out / "draft"
     if not (target_dir / "config.json").is_file():
         model = grow(layers, intermediate)
@@ -67,7 +74,15 @@ def write_pair(out: Path, layers: int = 24, intermediate: int = 3072) -> tuple[P
             if (demo_dir("target") / extra).is_file():
                 shutil.copy(demo_dir("target") / extra, target_dir / extra)
     if not (draft_dir / "config.json").is_file():
-        shutil.copytree(demo_dir("draft"), draft_dir)
+        if draft == "demo":
+            shutil.copytree(demo_dir("draft"), draft_dir)
+        else:
+            from distill_draft import distill
+
+            staging = out / "draft.partial"  # a killed run must not leave a half-trained draft behind
+            shutil.rmtree(staging, ignore_errors=True)
+            distill(staging)
+            staging.rename(draft_dir)
     return target_dir, draft_dir
 
 
@@ -76,8 +91,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--intermediate", type=int, default=3072)
+    parser.add_argument("--draft", choices=DRAFTS, default="demo")
     args = parser.parse_args()
-    target, _ = write_pair(args.out, args.layers, args.intermediate)
+    target, _ = write_pair(args.out, args.layers, args.intermediate, args.draft)
     model = AutoModelForCausalLM.from_pretrained(str(target))
     print(f"{target}: {sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters")
 
