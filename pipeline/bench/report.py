@@ -15,6 +15,15 @@ def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
+def _chain_formula(f: Any) -> str:
+    """The textbook chain formula's figure, or why it has none (e.g. no draft model ran: r is unknown)."""
+    inputs = (f"α = {_fmt(f.acceptance_rate)}, γ = {_fmt(f.mean_tree_depth)} (mean tree depth), "
+              f"r = {_fmt(f.cost_ratio_r)} (draft/target cost)")
+    if f.analytic_speedup is None:
+        return f"the chain formula has no figure here ({inputs})."
+    return f"the chain formula would predict {_fmt(f.analytic_speedup)}× from {inputs}."
+
+
 def why_formula_differs(results: BenchResults) -> str:
     """Without a plan there is no cost model of this device: say in general why the chain formula misses."""
     f = results.figures
@@ -66,9 +75,7 @@ def summary_markdown(results: BenchResults) -> str:
         f"| TTFT (ms) | {_fmt(plain_ttft.mean if plain_ttft else None)} | {_fmt(f.ttft_ms)} |",
         f"| energy/token (mJ) | {_fmt(f.plain_energy_per_token_mj)} | {_fmt(f.energy_per_token_mj)} |",
         "",
-        f"**Speedup {_fmt(f.speedup)}×** measured in the same run; the chain formula would predict "
-        f"{_fmt(f.analytic_speedup)}× from α = {_fmt(f.acceptance_rate)}, "
-        f"γ = {_fmt(f.mean_tree_depth)} (mean tree depth), r = {_fmt(f.cost_ratio_r)} (draft/target cost).",
+        f"**Speedup {_fmt(f.speedup)}×** measured in the same run; {_chain_formula(f)}",
         f"Mean accepted length {_fmt(f.mean_accepted_len)} tokens/round; fixed cost per target call "
         f"{_fmt(f.fixed_call_ms)} ms + {_fmt(f.per_node_ms)} ms per tree node. Lossless: {verdict}.",
     ]

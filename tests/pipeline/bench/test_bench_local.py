@@ -166,5 +166,7 @@ def test_bench_of_a_target_only_bundle_drafts_with_lookup(pair_factory, copying_
     assert any("needs a draft graph" in w for w in results.warnings)
     assert results.lossless.equal and results.details.by_source["model"].proposed == 0
     assert "cost_ratio_r" in results.unavailable
+    summary = (tmp_path / "r" / "summary.md").read_text()
+    assert "the chain formula has no figure here (α = " in summary and "unavailable×" not in summary
     refused = runner.invoke(app, ["bench", str(bundle.path), "-o", str(tmp_path / "r2"), "--drafter", "model"])
     assert refused.exit_code == 3 and "--drafter lookup" in refused.output and not (tmp_path / "r2").exists()
