@@ -13,7 +13,7 @@ acceptance — stays the same:
 Default: 24 layers, intermediate 3072 -> 61.5M parameters (the issue's 63.5M / 24-layer target).
 `python benchmarks/realistic.py OUT [--draft demo|distilled]` writes `OUT/target` (float32
 safetensors) and `OUT/draft`: the demo draft, or a wider draft distilled for it
-(benchmarks/distill_draft.py, about 15 minutes on 2 cores), all usable by `specdec export`,
+(benchmarks/distill_draft.py, about 18 minutes on 2 cores), all usable by `specdec export`,
 onnxruntime-genai's model builder and optimum.
 """
 
