@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from specdec.pipeline.records.results import BenchResults
+from specdec.pipeline.records.results import BenchResults, Figures
 
 
 def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
@@ -15,7 +15,7 @@ def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
     return f"{value}{unit}"
 
 
-def _chain_formula(f: Any) -> str:
+def _chain_formula(f: Figures) -> str:
     """The textbook chain formula's figure, or why it has none (e.g. no draft model ran: r is unknown)."""
     inputs = (f"α = {_fmt(f.acceptance_rate)}, γ = {_fmt(f.mean_tree_depth)} (mean tree depth), "
               f"r = {_fmt(f.cost_ratio_r)} (draft/target cost)")
