@@ -217,6 +217,10 @@ def load(name_or_path: str | Path, kind: str = "device") -> Any:
     return _parse(candidate, kind)
 
 
+# The device profile a command uses on a transport unless --profile names another.
+DEFAULT_PROFILES = {Transport.local: "local-cpu", Transport.adb: "android-generic"}
+
+
 def load_device(name_or_path: str | Path) -> DeviceProfile:
     profile: DeviceProfile = load(name_or_path, "device")
     return profile

@@ -26,16 +26,13 @@ from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
 from specdec.pipeline.records.decode import DrafterKind, VerifyMode
-from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
-    ResolvedSettings,
-    bundle_requirements,
     check_controllers,
     controller_spec,
     options_from,
-    resolve_decode,
+    run_settings,
 )
 from specdec.pipeline.text import TextCodec
 from specdec.pipeline.tune import plans
@@ -56,12 +53,14 @@ class BenchConfig:
     adb_port: int | None = None
     prompts: Path | None = None
     limit: int | None = None
-    max_new_tokens: int = 64
     repeats: int = 1
-    temperature: float = 0.0
+    # Decode settings, by DecodeConfig field name; None: not set, the plan, scenario, profile or
+    # built-in default decides (pipeline/settings.py), as for `specdec generate`.
+    max_new_tokens: int | None = None
+    temperature: float | None = None
     mode: VerifyMode | None = None
-    seed: int = 0
-    tree_budget: int | None = None  # None: the plan's, scenario's or profile's (pipeline/settings.py)
+    seed: int | None = None
+    tree_budget: int | None = None
     depth: int | None = None
     width: int | None = None
     drafter: DrafterKind | None = None  # None: the scenario's or profile's, else model
@@ -92,7 +91,7 @@ class BenchConfig:
 
     @property
     def profile_name(self) -> str:
-        return self.profile or ("local-cpu" if self.device is Transport.local else "android-generic")
+        return self.profile or profiles.DEFAULT_PROFILES[self.device]
 
 
 @dataclass
@@ -105,15 +104,6 @@ class BenchOutcome:
     @property
     def failed_gates(self) -> list[GateResult]:
         return [g for g in self.gates if not g.passed]
-
-
-def decode_settings(config: BenchConfig, profile: profiles.DeviceProfile, bundle: Bundle,
-                    plan: DevicePlan | None = None) -> ResolvedSettings:
-    """The decoding settings sent to the device, validated here so errors surface before any push."""
-    scenario = profiles.load_scenario(config.scenario) if config.scenario else None
-    return resolve_decode(options_from(config), profile=profile, scenario=scenario, plan=plan,
-                          buckets=bundle.manifest.buckets, has_draft="draft" in bundle.manifest.graphs,
-                          requirements=bundle_requirements(bundle.manifest.quantization))
 
 
 def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[BenchPrompt]) -> list[list[int]]:
@@ -134,12 +124,13 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}",
                          f"pass {setting('device')} {profile.transport.value} or another {setting('profile')}")
-    settings = decode_settings(config, profile, bundle)
+    scenario = profiles.load_scenario(config.scenario) if config.scenario else None
+    options = options_from(config)
+    settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
     baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
     codec = TextCodec(bundle.tokenizer_dir)
     prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit), bundle,
-                                     config.max_new_tokens)
-    scenario = profiles.load_scenario(config.scenario) if config.scenario else None
+                                     settings.config.max_new_tokens)
     with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.
         prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
@@ -147,12 +138,11 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                                   threads=config.threads, progress=progress)
         device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
                                                       prepared.info, prepared.threads, prepared.key)
-        plan = plans.stored_plan(bundle, key, config.drafter)
-        settings = decode_settings(config, profile, bundle, plan)
+        settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario, device=key)
+        plan = settings.plan
         tune = None
         if plan is None and config.tune and settings.config.speculative:
-            tune = plans.tune_request(bundle, options_from(config), key,
-                                         calibration_prompts(config, codec, prompts))
+            tune = plans.tune_request(bundle, options, key, calibration_prompts(config, codec, prompts))
         sensors = sensor_args(device, profile, config.controllers)
         controls = controller_spec(config.controllers, profile, scenario, settings)
         controls["power"].update(sensors.power)

@@ -28,7 +28,7 @@ from specdec.pipeline.prompts import load_bench_prompts
 from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
-from specdec.pipeline.settings import bundle_requirements, resolve_decode
+from specdec.pipeline.settings import run_settings
 from specdec.pipeline.text import TextCodec
 from specdec.pipeline.tune import plans
 
@@ -54,7 +54,7 @@ class TuneConfig:
 
     @property
     def profile_name(self) -> str:
-        return self.profile or ("local-cpu" if self.device is Transport.local else "android-generic")
+        return self.profile or profiles.DEFAULT_PROFILES[self.device]
 
     def record(self) -> dict[str, Any]:
         return {"device": self.device.value, "profile": self.profile_name, "threads": self.threads,
@@ -79,9 +79,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
                          f"{config.device.value}", f"pass {setting('device')} {profile.transport.value}")
     options = {"exact_layout": config.exact_layout, "drafter": config.drafter}
     # BundleError here for a --drafter that needs the draft graph this bundle lacks
-    settings = resolve_decode(options, profile=profile, buckets=source.manifest.buckets,
-                              requirements=bundle_requirements(source.manifest.quantization),
-                              has_draft="draft" in source.manifest.graphs)
+    settings = run_settings(options, source.manifest, profile=profile)
     codec = TextCodec(source.tokenizer_dir)
     prompts = _calibration(config, codec)
     # The output is checked (writable, not clobbered) and staged before any device work.
