@@ -28,8 +28,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _prompts(tokenizer_dir: Path, count: int) -> list[list[int]]:
-    from specdec.pipeline.bench.prompts import default_prompts_file
-    from specdec.pipeline.prompts import load_prompts
+    from specdec.pipeline.prompts import default_prompts_file, load_prompts
     from specdec.pipeline.text import TextCodec
 
     codec = TextCodec(tokenizer_dir)

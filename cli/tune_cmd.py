@@ -8,10 +8,10 @@ import typer
 
 from specdec.cli.console import RichProgress, err, note, out
 from specdec.cli.render import plan_fit_line, plan_table
-from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import Transport
 from specdec.pipeline.runtime.config import DrafterKind
+from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 
 def tune(

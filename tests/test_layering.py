@@ -2,7 +2,8 @@
 
     cli (one module per command + console, render)
      └─ pipeline/chain.py (the pipeline command) ─ stages: export, surgery, quantize, compile, bench
-         └─ shared: bundle, settings, profiles, graph_io, passes, prompts, models, devices, ...
+         └─ shared: tune (the tune command, plans in a bench run), ondevice (running the device runner),
+            bundle, settings, profiles, graph_io, passes, prompts, devices, portable, ...
              └─ runtime (device: numpy + onnxruntime + stdlib) ─ records ─ errors
 """
 

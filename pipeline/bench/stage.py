@@ -13,18 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.pipeline import profiles
-from specdec.pipeline.bench import gates, planning
-from specdec.pipeline.bench.controls import sensor_args
-from specdec.pipeline.bench.launch import prepare_device
-from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, run_on_device
+from specdec.pipeline.bench import gates
 from specdec.pipeline.bench.outputs import assemble, write_outputs
-from specdec.pipeline.bench.payload import build_payload
-from specdec.pipeline.bench.prompts import BenchPrompt, load_bench_prompts
 from specdec.pipeline.bundle import Bundle, StagedDirectory
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.ondevice.controls import sensor_args
+from specdec.pipeline.ondevice.launch import prepare_device
+from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_on_device
+from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
 from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
@@ -38,6 +38,7 @@ from specdec.pipeline.settings import (
     resolve_decode,
 )
 from specdec.pipeline.text import TextCodec
+from specdec.pipeline.tune import plans
 
 log = logging.getLogger(__name__)
 
@@ -146,11 +147,11 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                                   threads=config.threads, progress=progress)
         device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
                                                       prepared.info, prepared.threads, prepared.key)
-        plan = planning.stored_plan(bundle, key, config.drafter)
+        plan = plans.stored_plan(bundle, key, config.drafter)
         settings = decode_settings(config, profile, bundle, plan)
         tune = None
         if plan is None and config.tune and settings.config.speculative:
-            tune = planning.tune_request(bundle, options_from(config), key,
+            tune = plans.tune_request(bundle, options_from(config), key,
                                          calibration_prompts(config, codec, prompts))
         sensors = sensor_args(device, profile, config.controllers)
         controls = controller_spec(config.controllers, profile, scenario, settings)
@@ -162,14 +163,14 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
             run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
                                 on_event=on_event, sensors=sensors, launch=launch, info=info)
         run.warnings += settings.notes + sensors.notes + truncated
-        tuned = planning.tuned_plan(run.events)
-        settings = planning.with_tuned(settings, tuned, tune)
+        tuned = plans.tuned_plan(run.events)
+        settings = plans.with_tuned(settings, tuned, tune)
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
         used = plan or tuned
         if used is not None:
             source = "bundle" if plan is not None else "tuned on the device"
-            plan_report = planning.report(used, source, run.events, results.figures.speedup, tuned)
+            plan_report = plans.report(used, source, run.events, results.figures.speedup, tuned)
             figures = dataclasses.replace(results.figures, predicted_speedup=plan_report.predicted_speedup)
             results = dataclasses.replace(results, plan=plan_report, figures=figures)
         if baseline is not None:

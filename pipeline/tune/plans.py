@@ -19,7 +19,7 @@ from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.records.plan import DevicePlan, TuneRequest
 from specdec.pipeline.records.results import PlanReport, PlanTerm
 from specdec.pipeline.runtime.config import DrafterKind
-from specdec.pipeline.runtime.tuning import apply_choice
+from specdec.pipeline.runtime.tune.measure import apply_choice
 from specdec.pipeline.settings import DECODE_KEYS, ResolvedSettings
 
 TREE_SETTINGS = ("tree_budget", "depth", "width")

@@ -9,7 +9,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from specdec.pipeline.bench.payload import build_payload, bundle_files, write_runtime_zip
+from specdec.pipeline.ondevice.payload import build_payload, bundle_files, write_runtime_zip
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.runtime.config import DecodeConfig
 

@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import BundleError
@@ -18,6 +17,7 @@ from specdec.pipeline.profiles import load_device
 from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.runtime.config import DrafterKind
 from specdec.pipeline.runtime.manifest import read_bundle
+from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 runner = CliRunner()
 
