@@ -27,7 +27,7 @@ from pathlib import Path
 
 from common import demo_bundle, prompts, realistic_bundle
 
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.drafter import DRAFTER_NAMES
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions

@@ -22,7 +22,7 @@ from common import prompts as prompt_texts
 
 from specdec.pipeline.generate import decode_settings
 from specdec.pipeline.profiles import load_device
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.stats import STAGES

@@ -33,7 +33,7 @@ from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.config import Method
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.tune.measure import apply_choice

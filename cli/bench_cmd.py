@@ -14,7 +14,7 @@ from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Task
-from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
+from specdec.pipeline.records.decode import DrafterKind, VerifyMode
 from specdec.pipeline.settings import parse_controllers
 
 

@@ -16,7 +16,7 @@ from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate import Generator, decode_settings, host_controllers
 from specdec.pipeline.profiles import load_device, load_scenario
 from specdec.pipeline.prompts import PromptItem, load_prompts
-from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
+from specdec.pipeline.records.decode import DrafterKind, VerifyMode
 from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 from specdec.pipeline.settings import parse_controllers
 from specdec.pipeline.staging import StagedFile

@@ -8,7 +8,7 @@ import typer
 
 from specdec.cli.console import RichProgress, err
 from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.runtime.config import PruneParams
+from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 

@@ -10,7 +10,7 @@ from specdec.cli.console import RichProgress, err, note, out
 from specdec.cli.render import plan_fit_line, plan_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import Transport
-from specdec.pipeline.runtime.config import DrafterKind
+from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 

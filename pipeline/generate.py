@@ -11,8 +11,8 @@ from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
 from specdec.pipeline.prompts import PromptItem
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.plan import device_key
-from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine, RoundController
 from specdec.pipeline.runtime.graph import SessionOptions

@@ -17,9 +17,9 @@ import yaml
 from pydantic import Field, model_validator
 
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.models import StrictModel, validate_model
+from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.records.manifest import GraphFlavour
-from specdec.pipeline.runtime.config import MAX_LOOKUP_NGRAM, DecodeConfig, DrafterKind, PruneParams
+from specdec.pipeline.strict_model import StrictModel, validate_model
 
 # Tree and prune defaults are DecodeConfig's (the one place they live); a profile or scenario
 # that leaves a field out gets the same value a bare DecodeConfig has.

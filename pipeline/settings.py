@@ -13,7 +13,7 @@ The same rules hold for generate and bench.
 The resolver records which layer supplied each value (`ResolvedSettings.sources`), and results.json
 and `generate --stats` show it.
 
-The setting names are the fields of `runtime.config.DecodeConfig` and of its `PruneParams`
+The setting names are the fields of `records.decode.DecodeConfig` and of its `PruneParams`
 (flattened): a field added there (with its default) is a setting here, with no change to the
 precedence logic. A new source of settings is a new `Layer` in `decode_layers`, in its place.
 The built-in defaults are DecodeConfig's own: they live there and nowhere else.
@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.records.manifest import BucketTable, Quantization
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 
 log = logging.getLogger(__name__)

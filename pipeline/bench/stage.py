@@ -25,9 +25,9 @@ from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
+from specdec.pipeline.records.decode import DrafterKind, VerifyMode
 from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
-from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
     ResolvedSettings,

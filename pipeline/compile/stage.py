@@ -54,7 +54,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     progress = progress or SilentProgress()
     if source.manifest.buckets:
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
-    manifest = source.manifest.model_copy(deep=True)
+    manifest = source.manifest.copy()
     model_context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
     for role, spec in manifest.graphs.items():  # only an explicit max context can be too large
         if config.max_context is not None and config.max_context > spec.max_position_embeddings:

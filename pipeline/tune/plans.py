@@ -15,10 +15,10 @@ from typing import Any
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.records.codec import RecordError, from_dict
+from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.records.plan import DevicePlan, TuneRequest
 from specdec.pipeline.records.results import PlanReport, PlanTerm
-from specdec.pipeline.runtime.config import DrafterKind
 from specdec.pipeline.runtime.tune.measure import apply_choice
 from specdec.pipeline.settings import DECODE_KEYS, ResolvedSettings
 

@@ -25,9 +25,9 @@ from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.prompts import load_bench_prompts
+from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
-from specdec.pipeline.runtime.config import DrafterKind
 from specdec.pipeline.settings import bundle_requirements, resolve_decode
 from specdec.pipeline.text import TextCodec
 from specdec.pipeline.tune import plans
@@ -104,7 +104,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
             raise DeviceError(f"{device.serial}: the device runner reported no plan{' (device lost)' * run.partial}",
                               f"see its output: {run.log_tail.strip()[-200:] or 'none'}")
         writer.copy_from(source)
-        manifest = source.manifest.model_copy(deep=True)
+        manifest = source.manifest.copy()
         manifest.plan = (manifest.plan or TunePlan()).with_plan(plan)
         manifest.reports["tune"] = {"device": key, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                                     "warnings": run.warnings}

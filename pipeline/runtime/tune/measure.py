@@ -28,8 +28,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice, TuneRequest
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.rng import Randomness
 from specdec.pipeline.runtime.runner import no_scratch, prefill

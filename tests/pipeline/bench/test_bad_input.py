@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.bench import launch as bench_launch
+from specdec.pipeline.ondevice import launch as bench_launch
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bench.trace import IN_GRAPH_NOTE
 from specdec.pipeline.errors import InputError

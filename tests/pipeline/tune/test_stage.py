@@ -14,8 +14,8 @@ from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.generate import decode_settings
 from specdec.pipeline.profiles import load_device
+from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import device_key
-from specdec.pipeline.runtime.config import DrafterKind
 from specdec.pipeline.runtime.manifest import read_bundle
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.tune import measure
 from specdec.pipeline.runtime.tune.measure import (
