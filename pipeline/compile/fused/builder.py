@@ -30,7 +30,6 @@ from specdec.pipeline.compile.fused.weights import DecoderWeights, Linear, Quant
 from specdec.pipeline.graph_query import MS_DOMAIN
 
 _ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
-FLAVOUR_INPUTS = ("input_ids", "position_ids", "attention_bias", "seqlens_k", "total_sequence_length")
 
 
 @dataclass
