@@ -97,8 +97,8 @@ def main() -> None:
     for name, options in configs.items():
         tag = "-".join(str(c) for c in options.get("context_buckets", ())) + "-q" + "-".join(map(str, buckets))
         out = CACHE / (f"demo-{name}-{args.max_context}-{tag}" if name != "cpu" else f"demo-cpu-{args.max_context}")
-        paths[name] = cached(out, lambda out=out, options=options: compile_bundle(
-            CompileConfig(output=out, **options), surgered)).path
+        config = CompileConfig(output=out, **options)
+        paths[name] = cached(out, lambda config=config: compile_bundle(config, surgered)).path  # type: ignore[misc]
     engines = {name: Engine(path) for name, path in paths.items()}
     ids = long_prompts(TextCodec(engines["dynamic"].info.tokenizer_dir), args.prompts, args.prompt_tokens)
     report: dict[str, Any] = {"prompt_tokens": args.prompt_tokens, "new_tokens": args.tokens,

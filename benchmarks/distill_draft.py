@@ -57,7 +57,8 @@ def continuations(target: lib.LlamaForCausalLM, stream: torch.Tensor, count: int
     generator = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, len(stream) - context - 1, (count,), generator=generator)
     prefixes = torch.stack([stream[s:s + context] for s in starts.tolist()])
-    rows = [torch.cat([chunk, lib.greedy(target, chunk, length)], dim=1) for chunk in prefixes.split(batch)]
+    chunks = prefixes.split(batch)  # type: ignore[no-untyped-call]  # torch's stubs leave split untyped
+    rows = [torch.cat([chunk, lib.greedy(target, chunk, length)], dim=1) for chunk in chunks]
     return torch.cat(rows)
 
 

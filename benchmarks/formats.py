@@ -137,7 +137,7 @@ def kernel_row(fmt: Format, weights: list[np.ndarray], threads: int, repeats: in
 def graph_row(fmt: Format, target_dir: Path, threads: int, workdir: Path) -> dict[str, Any]:
     from specdec.pipeline.compile.fused.builder import build_decoder
     from specdec.pipeline.compile.fused.validate import graph_info_for
-    from specdec.pipeline.compile.fused.weights import Linear, QuantWeight, read_decoder
+    from specdec.pipeline.compile.fused.weights import DecoderLayer, Linear, QuantWeight, read_decoder
     from specdec.pipeline.runtime.fused import FusedRunner
     from specdec.pipeline.runtime.graph import SessionOptions
     from specdec.pipeline.runtime.invariance import measure
@@ -158,8 +158,12 @@ def graph_row(fmt: Format, target_dir: Path, threads: int, workdir: Path) -> dic
         return replace(layer, weight=None, quant=QuantWeight(packed.weight, packed.scales, packed.zero_points,
                                                              fmt.bits, fmt.block, fmt.level))
 
-    layers = [replace(layer, **{name: convert(getattr(layer, name))
-                                for name in ("q", "k", "v", "o", "gate", "up", "down")}) for layer in weights.layers]
+    def converted(layer: DecoderLayer) -> DecoderLayer:
+        linears: dict[str, Any] = {name: convert(getattr(layer, name))
+                                   for name in ("q", "k", "v", "o", "gate", "up", "down")}
+        return replace(layer, **linears)
+
+    layers = [converted(layer) for layer in weights.layers]
     weights = replace(weights, layers=layers, head=convert(weights.head))
     path = workdir / f"{fmt.name.replace(' ', '_')}.onnx"
     onnx.save(build_decoder(weights, max_positions=spec.max_position_embeddings), str(path),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from pathlib import Path
+from typing import Any
 
 from common import CACHE, cached, demo_bundle, prompts
 
@@ -21,12 +23,12 @@ from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.text import TextCodec
 
 
-def measure(path, ids, tokens):  # type: ignore[no-untyped-def]
+def measure(path: Path, ids: list[list[int]], tokens: int) -> dict[str, Any]:
     engine = Engine(path)
     engine.generate(ids[0], DecodeConfig(max_new_tokens=8, speculative=False))
     engine.generate(ids[0], DecodeConfig(max_new_tokens=8))
-    result = {}
-    outputs = {}
+    result: dict[str, Any] = {}
+    outputs: dict[str, list[list[int]]] = {}
     for speculative in (False, True):
         replies = [engine.generate(p, DecodeConfig(max_new_tokens=tokens, speculative=speculative)) for p in ids]
         name = "speculative" if speculative else "plain"

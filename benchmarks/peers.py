@@ -125,7 +125,7 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bo
     surgered = cached("surgery", lambda p: surgery_bundle(SurgeryConfig(output=p), exported))
     # every MatMul at 4 bits, as genai's builder does (specdec's default keeps the first block and
     # the head at 8); "-fb4" in the cache names: bundles cached before that option had an 8-bit block 0
-    genai_layout = {"method": Method.rtn, "accuracy_level": 4, "head_bits": 4, "first_block_bits": 4}
+    genai_layout: dict[str, Any] = {"method": Method.rtn, "accuracy_level": 4, "head_bits": 4, "first_block_bits": 4}
     compiled = {
         "generic fp32": surgered,
         "cpu fp32": cached("cpu-fp32", lambda p: compile_bundle(
@@ -252,10 +252,11 @@ def report(configs: list[Config]) -> list[dict[str, Any]]:
           "|---|---|---|---|---|---|---|")
     for config in configs:
         value = median(config.name)
-        row = {"name": config.name, "precision": config.precision, "mode": config.mode, "tok_s": value,
-               "vs_genai_fp32": value / genai["fp32"] if value and genai["fp32"] else None,
-               "vs_genai_same": value / genai[config.precision] if value and genai.get(config.precision) else None,
-               "error": config.error}
+        fp32, same_precision = genai["fp32"], genai.get(config.precision)
+        row: dict[str, Any] = {"name": config.name, "precision": config.precision, "mode": config.mode,
+                               "tok_s": value, "vs_genai_fp32": value / fp32 if value and fp32 else None,
+                               "vs_genai_same": value / same_precision if value and same_precision else None,
+                               "error": config.error}
         plain = by_name.get(config.name.replace("speculative (tuned)", "plain"))
         if config.mode == "speculative" and plain is not None and plain.outputs:
             row["identical_to_plain"] = sum(a == b for a, b in zip(config.outputs, plain.outputs, strict=False))
@@ -266,7 +267,8 @@ def report(configs: list[Config]) -> list[dict[str, Any]]:
         def fmt(x: float | None) -> str:
             return "—" if x is None else f"{x:.2f}"
 
-        same = f" ({row['identical_to_plain']}/{len(plain.outputs)} identical)" if "identical_to_plain" in row else ""
+        same = (f" ({row['identical_to_plain']}/{len(plain.outputs)} identical)"
+                if plain is not None and "identical_to_plain" in row else "")
         print(f"| {config.name}{same} | {config.precision} | {config.mode} | {fmt(value)} | "
               f"{fmt(row['vs_genai_fp32'])} | {fmt(row['vs_genai_same'])} | {fmt(row.get('vs_own_plain'))} |")
     return rows

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import shutil
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -29,7 +30,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from specdec.pipeline.export.checkpoint import demo_dir
 
 
-def grow(layers: int = 24, intermediate: int = 3072, seed: int = 0) -> torch.nn.Module:
+def grow(layers: int = 24, intermediate: int = 3072, seed: int = 0) -> Any:
+    """The grown target, a transformers causal LM."""
     source = AutoModelForCausalLM.from_pretrained(str(demo_dir("target")), dtype=torch.float32)
     config = source.config
     if layers < config.num_hidden_layers or intermediate < config.intermediate_size:
@@ -37,7 +39,8 @@ def grow(layers: int = 24, intermediate: int = 3072, seed: int = 0) -> torch.nn.
     grown_config = type(config).from_dict({**config.to_dict(), "num_hidden_layers": layers,
                                            "intermediate_size": intermediate, "dtype": "float32"})
     torch.manual_seed(seed)
-    grown = type(source)(grown_config).eval()
+    grown: Any = type(source)(grown_config)
+    grown.eval()
     old_i = config.intermediate_size
     with torch.no_grad():
         grown.model.embed_tokens.weight.copy_(source.model.embed_tokens.weight)

@@ -98,7 +98,7 @@ def main() -> None:
     from specdec.pipeline.bundle import Bundle
 
     ids = _prompts(Bundle.load(args.bundles[0]).tokenizer_dir, args.prompts)
-    jobs = [("onnxruntime-genai", {"kind": "genai", "model": str(args.genai)})]
+    jobs: list[tuple[str, dict[str, Any]]] = [("onnxruntime-genai", {"kind": "genai", "model": str(args.genai)})]
     for bundle in args.bundles:
         jobs.append((f"specdec {bundle.name}", {"kind": "specdec", "model": str(bundle), "one_row": False}))
         if args.one_row:

@@ -12,23 +12,26 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from typing import Any
 
 from common import CACHE, cached, demo_bundle, prompts
 
+from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.generate import Generator
-from specdec.pipeline.prompts import PromptItem
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.stats import ACCEPT, DRAFT, PRUNE, VERIFY
+from specdec.pipeline.runtime.stats import ACCEPT, DRAFT, PRUNE, VERIFY, RoundStats
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 
-def measure(bundle_path, texts, tokens):  # type: ignore[no-untyped-def]
-    generator = Generator(bundle_path)
+def measure(bundle: Bundle, texts: list[str], tokens: int) -> tuple[list[list[int]], dict[str, Any]]:
+    generator = Generator(bundle)
     config = DecodeConfig(max_new_tokens=tokens)
-    generator.run(PromptItem("warm", text=texts[0]), config)
-    rounds, outputs = [], []
-    for i, text in enumerate(texts):
-        reply, _ = generator.run(PromptItem(str(i), text=text), config)
+    ids = [generator.codec.encode(text) for text in texts]
+    generator.run(ids[0], config)  # warm-up
+    rounds: list[RoundStats] = []
+    outputs: list[list[int]] = []
+    for prompt in ids:
+        reply, _ = generator.run(prompt, config)
         rounds += reply.speculative_rounds
         outputs.append(reply.output_ids)
     host = [(r.stage_ns(PRUNE) + r.stage_ns(ACCEPT)) / 1e6 for r in rounds]
@@ -51,8 +54,8 @@ def main() -> None:
     out = CACHE / "demo-surgery"
     surgered = cached(out, lambda: surgery_bundle(SurgeryConfig(output=out), exported))
     texts = prompts(args.prompts)
-    before_out, before = measure(exported.path, texts, args.tokens)
-    after_out, after = measure(surgered.path, texts, args.tokens)
+    before_out, before = measure(exported, texts, args.tokens)
+    after_out, after = measure(surgered, texts, args.tokens)
     assert before_out == after_out, "surgery changed the output"
     print(json.dumps({"before_surgery": before, "after_surgery": after,
                       "bytes_ratio": round(after["bytes_out_per_round"] / before["bytes_out_per_round"], 3),

@@ -1,0 +1,55 @@
+"""The benchmark scripts still run: each answers --help, and the cheap ones complete a tiny run.
+
+They are scripts, not tests (their numbers are in benchmarks/RESULTS.md); this only keeps them from
+rotting as the code they drive changes. They run in this process, as `python benchmarks/X.py` would.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+# scripts with a command line (common.py is a helper, peer_runners.py a worker peers.py starts)
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if "argparse.ArgumentParser" in p.read_text())
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, script: str, *argv: str) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the scripts import common.py as a top-level module
+    monkeypatch.setattr(sys, "argv", [script, *argv])
+    runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
+
+
+def test_every_script_is_found() -> None:
+    assert {"peers.py", "round_profile.py", "adaptive_vs_fixed.py", "formats.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_answers_help(script: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+                             ) -> None:
+    with pytest.raises(SystemExit) as done:
+        _run(monkeypatch, script, "--help")
+    assert done.value.code == 0
+    assert capsys.readouterr().out.startswith("usage:")
+
+
+@pytest.mark.slow
+def test_round_profile_tiny_run(bench_bundle_cpu, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    _run(monkeypatch, "round_profile.py", str(bench_bundle_cpu.path), "--threads", "1", "--prompts", "1",
+         "--tokens", "4", "--repeats", "1")
+    out = capsys.readouterr().out
+    assert out.startswith("plan: ") and "plain" in out and "speculative" in out
+
+
+@pytest.mark.slow
+def test_adaptive_vs_fixed_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    _run(monkeypatch, "adaptive_vs_fixed.py", "--bundle", str(bundle_factory("llama").path), "--tokens", "4",
+         "--prompts", "2")
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"plain", "fixed", "adaptive"} and report["plain"]["tokens_per_s"] > 0
