@@ -1,6 +1,6 @@
 """Plain vs speculative decoding where compute dominates: a ~100M-parameter target on this CPU.
 
-Small models are overhead-bound (DESIGN §6: assisted generation ran at 0.66-0.88x on 6M pairs).
+Small models are overhead-bound (docs/design.md §6: assisted generation ran at 0.66-0.88x on 6M pairs).
 Here the target is a random-init Llama of ~75M parameters and the draft its first layer
 (self-speculation), so a draft call costs ~1/8 of a target call and the tree's extra nodes ride
 on a compute-bound target forward. Random layers disagree with each other, so the output

@@ -1,4 +1,4 @@
-"""Custom ops of domain com.endpoint.ai (DESIGN §3).
+"""Custom ops of domain com.endpoint.ai (docs/design.md §3).
 
 One package per op: `reference.py` holds its `SCHEMA` (names, inputs, attributes, a `schema.OpSchema`)
 and its numpy reference (torch-free: the runtime calls it on bundles without surgery), `function.py`

@@ -1,4 +1,4 @@
-"""Artifact bundles: the directory every stage reads and writes (DESIGN §1).
+"""Artifact bundles: the directory every stage reads and writes (docs/design.md §1).
 
 A bundle is a directory holding `manifest.json`, `tokenizer/`, the graphs and whatever a later
 stage adds. The manifest lists every file with its sha256, so a loader can say exactly which

@@ -77,7 +77,7 @@ def load_config(path: Path | None, *, output: Path | None = None) -> PipelineCon
     if path is None:
         return build_config({}, output=output)
     if not path.is_file():
-        raise InputError(f"pipeline config '{path}' does not exist", "pass a YAML file (see README, 'pipeline')")
+        raise InputError(f"pipeline config '{path}' does not exist", "pass a YAML file (see docs/pipeline.md)")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:

@@ -1,4 +1,4 @@
-"""Device profiles and scenario templates (DESIGN §7): YAML in `profiles/`, validated on load.
+"""Device profiles and scenario templates (docs/design.md §7): YAML in `profiles/`, validated on load.
 
 A device profile says how to reach and measure a device (transport, remote dir, Python, threads,
 sensor paths with units and sign, thermal thresholds, power budget) and how to compile for it

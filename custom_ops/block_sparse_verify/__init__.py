@@ -1,4 +1,4 @@
-"""BlockSparseVerify: accept the longest path of a draft tree on the target side (DESIGN §3-4)."""
+"""BlockSparseVerify: accept the longest path of a draft tree on the target side (docs/design.md §3-4)."""
 
 from specdec.custom_ops.block_sparse_verify.reference import (
     MODES,

@@ -7,7 +7,7 @@ the walk from the root that descends, at each node, into the lowest-index child 
 equals y. No per-path copies of anything are made. `next_token` is y at the deepest accepted
 node, so a round always emits `accepted_len` tokens.
 
-`match` is exact sampling from the target for any tree (DESIGN §4). `rrs` (recursive rejection
+`match` is exact sampling from the target for any tree (docs/design.md §4). `rrs` (recursive rejection
 sampling over children drawn without replacement) needs the draft's distributions and stays on
 the host: `verify_rrs`.
 """
@@ -148,7 +148,7 @@ def verify_rrs(
     draft_rank: np.ndarray | None = None,
     point_mass: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int, int]:
-    """Recursive rejection sampling over siblings drawn without replacement (DESIGN §4).
+    """Recursive rejection sampling over siblings drawn without replacement (docs/design.md §4).
 
     `draft_ids[i], draft_logprob[i]` is the draft's distribution at node i from which node i's
     drafted children were drawn. At each node the children are tested in turn against the

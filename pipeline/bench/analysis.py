@@ -1,4 +1,4 @@
-"""Turn runner events and sensor samples into the figures of DESIGN §6.
+"""Turn runner events and sensor samples into the figures of docs/design.md §6.
 
 Every figure is computed from measurements of one run (plain and speculative side by side);
 what cannot be measured is reported as None with the reason in `unavailable`, never invented.

@@ -1,6 +1,6 @@
 """Chrome trace-event JSON of a bench run (opens in ui.perfetto.dev and chrome://tracing).
 
-One process per decoding mode; each stage of DESIGN §6 (and prompt lookup's `Lookup`) gets its
+One process per decoding mode; each stage of docs/design.md §6 (and prompt lookup's `Lookup`) gets its
 own thread track with complete ("X") slices; counters ("C") carry power, temperature, accepted
 length and the accepted nodes per drafting source; controller decisions and thermal transitions
 are instant ("i") events with their reason.

@@ -1,6 +1,6 @@
 """`specdec compile`: the bundle's graphs in a runtime flavour, checked against the dynamic graphs.
 
-Two flavours (DESIGN §8), chosen by `--target` or the device profile's `compile.target`:
+Two flavours (docs/design.md §8), chosen by `--target` or the device profile's `compile.target`:
 
 - cpu (compile/fused/): onnxruntime contrib-op graphs — GroupQueryAttention with the tree mask
   as attention bias, packed QKV, fused norms, MatMulNBits — over one KV buffer per layer that is

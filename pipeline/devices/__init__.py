@@ -1,1 +1,1 @@
-"""Devices: one interface, a `local` and an `adb` transport (DESIGN §6)."""
+"""Devices: one interface, a `local` and an `adb` transport (docs/design.md §6)."""

@@ -1,4 +1,4 @@
-"""`AdbDevice`: a phone (or the stand-in) driven through the real adb binary (DESIGN §6).
+"""`AdbDevice`: a phone (or the stand-in) driven through the real adb binary (docs/design.md §6).
 
 Every command goes out as `adb -s SERIAL shell '...; echo __RC__:$?'`: old adb drops exit
 codes, and adb 29 exits 0 with truncated output when the device vanishes mid-command, so the

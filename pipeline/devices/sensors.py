@@ -252,7 +252,7 @@ def wait_for_cooldown(device: Device, sensors: SensorSpec, thermal: ThermalSpec,
 
 # ------------------------------------------------------------------------------- thermal events
 def thermal_events(sensors: SensorLog, thermal: ThermalSpec) -> list[ThermalEvent]:
-    """Threshold crossings of the hottest zone, with the profile's hysteresis (DESIGN §5).
+    """Threshold crossings of the hottest zone, with the profile's hysteresis (docs/design.md §5).
 
     normal -> throttle above `throttle_c`, -> disable above `disable_c`; back to normal only
     below `recover_c`. Each transition is one event with the sample's device time.

@@ -1,4 +1,4 @@
-"""Export stage: Hugging Face checkpoints to ONNX graphs that follow DESIGN §2."""
+"""Export stage: Hugging Face checkpoints to ONNX graphs that follow docs/design.md §2."""
 
 from specdec.pipeline.export.stage import DType, ExportConfig, export_bundle
 

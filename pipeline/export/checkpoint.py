@@ -109,7 +109,7 @@ def load_model(source: str, role: str, config: Any, dtype: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    config._attn_implementation = "eager"  # the tree mask is an additive float mask (DESIGN §2)
+    config._attn_implementation = "eager"  # the tree mask is an additive float mask (docs/design.md §2)
     model = _from_pretrained(
         AutoModelForCausalLM,
         source,

@@ -1,4 +1,4 @@
-"""Draft/target compatibility: both must speak the same tokenizer (DESIGN §2)."""
+"""Draft/target compatibility: both must speak the same tokenizer (docs/design.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trace a Hugging Face causal LM into the graph contract of DESIGN §2 with torch.onnx (dynamo).
+"""Trace a Hugging Face causal LM into the graph contract of docs/design.md §2 with torch.onnx (dynamo).
 
 The wrapper takes `(input_ids, position_ids, attention_mask, *flat_past)` and returns
 `(logits, *flat_present)`. The mask is additive float (0 / finfo.min) of shape
@@ -22,7 +22,7 @@ from specdec.pipeline.graph_io import EXTERNAL_DATA_BYTES
 
 log = logging.getLogger(__name__)
 
-# q >= 2 and past >= 2 for the example inputs: q = 1 specialises the dynamo trace (DESIGN §2).
+# q >= 2 and past >= 2 for the example inputs: q = 1 specialises the dynamo trace (docs/design.md §2).
 _EXAMPLE_Q = 3
 _EXAMPLE_PAST = 4
 

@@ -1,4 +1,4 @@
-"""Validate an exported graph against PyTorch (DESIGN §1: every stage checks itself).
+"""Validate an exported graph against PyTorch (docs/design.md §1: every stage checks itself).
 
 The reference is the Hugging Face model run the ordinary way (plain causal forward, its own
 mask and cache), not our export wrapper, so the check also proves the tree mask means what we

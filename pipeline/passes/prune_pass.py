@@ -1,4 +1,4 @@
-"""Draft side: DynamicTreePrune after `logits`, its scalars as graph inputs (DESIGN §3)."""
+"""Draft side: DynamicTreePrune after `logits`, its scalars as graph inputs (docs/design.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Target side: BlockSparseVerify after `logits`; only the accepted path leaves the graph (DESIGN §3)."""
+"""Target side: BlockSparseVerify after `logits`; only the accepted path leaves the graph (docs/design.md §3)."""
 
 from __future__ import annotations
 

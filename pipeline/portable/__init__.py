@@ -1,4 +1,4 @@
-"""The portable device runtime: Debian's arm64 CPython + glibc + numpy/onnxruntime wheels (DESIGN §8).
+"""The portable device runtime: Debian's arm64 CPython + glibc + numpy/onnxruntime wheels (docs/design.md §8).
 
 `recipe` pins what goes in, `fetch` downloads it (apt under a private state dir, pip), `assemble`
 lays out and prunes the tree, `archive` builds the content-addressed archive and caches it,

@@ -108,7 +108,7 @@ class OutputFormat(str, enum.Enum):
 
 
 class GraphFlavour(str, enum.Enum):
-    """How compile shapes the graphs (DESIGN §8, "graph flavours").
+    """How compile shapes the graphs (docs/design.md §8, "graph flavours").
 
     cpu: onnxruntime contrib ops (GroupQueryAttention, SkipSimplifiedLayerNormalization, packed
          QKV, MatMulNBits), dynamic shapes, one KV buffer per layer updated in place;

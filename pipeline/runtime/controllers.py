@@ -1,4 +1,4 @@
-"""Adaptive speculation (DESIGN §5): small controllers that decide how much to draft each round.
+"""Adaptive speculation (docs/design.md §5): small controllers that decide how much to draft each round.
 
 Every controller only changes the round's plan (tree budget, width, depth, beta) or asks for a
 plain step: what is accepted is decided by verification alone, so greedy output is identical

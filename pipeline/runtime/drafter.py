@@ -1,4 +1,4 @@
-"""Drafters: who proposes a round's token tree (DESIGN §5, §8 "Drafters").
+"""Drafters: who proposes a round's token tree (docs/design.md §5, §8 "Drafters").
 
 A drafter turns the context into a `DraftTree` each round; verification never asks who proposed
 a node, so greedy and match stay exact for any drafter, and rrs stays exact because each node

@@ -1,4 +1,4 @@
-"""The decoding engine: plain target decoding and tree speculative decoding (DESIGN §5).
+"""The decoding engine: plain target decoding and tree speculative decoding (docs/design.md §5).
 
 Imports only numpy, onnxruntime and the standard library (through the runtime modules), so
 the same code runs on the phone. A round: the drafter proposes a tree (the draft model, prompt

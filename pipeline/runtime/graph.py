@@ -1,4 +1,4 @@
-"""One ONNX graph of a bundle behind a small typed call (DESIGN §2 contract)."""
+"""One ONNX graph of a bundle behind a small typed call (docs/design.md §2 contract)."""
 
 from __future__ import annotations
 

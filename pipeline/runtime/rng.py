@@ -1,4 +1,4 @@
-"""Counter-based randomness (Philox, DESIGN §4): reproducible on any machine, and addressable.
+"""Counter-based randomness (Philox, docs/design.md §4): reproducible on any machine, and addressable.
 
 Uniforms are indexed by (stream, index) rather than drawn in sequence. The sampling stream is
 indexed by the position of the generated token, so speculative `match` decoding consumes the

@@ -1,4 +1,4 @@
-"""Runner for compiled bundles: static-shape bucket graphs over fixed-size KV buffers (DESIGN §2, §8).
+"""Runner for compiled bundles: static-shape bucket graphs over fixed-size KV buffers (docs/design.md §2, §8).
 
 Each variant takes `q` tokens (padded up to the query bucket), a KV buffer of `context` slots
 (its context bucket) with a mask marking the valid ones, and returns only the `q` new KV

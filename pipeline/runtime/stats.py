@@ -1,11 +1,11 @@
-"""Per-round and per-reply statistics, the raw material of `specdec bench` (DESIGN §6)."""
+"""Per-round and per-reply statistics, the raw material of `specdec bench` (docs/design.md §6)."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-# Trace slice names shared with the bench trace writer (DESIGN §6).
+# Trace slice names shared with the bench trace writer (docs/design.md §6).
 DRAFT = "Draft_Generate"
 PRUNE = "Prune_Controller"
 VERIFY = "Target_Verify"

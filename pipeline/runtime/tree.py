@@ -12,7 +12,7 @@ gives it: the draft's log q~ (its renormalised proposal probability) or lookup's
 running acceptance estimate (runtime/lookup.py) — both estimate log P(accepted), so they rank
 on one scale. Closure: a node needs its parent, and, for sampled trees, a draft-model child
 needs its previous draft-model sibling — dropping a middle draw would make the later ones'
-without-replacement proposal probabilities wrong (DESIGN §4, rrs). Lookup proposals are
+without-replacement proposal probabilities wrong (docs/design.md §4, rrs). Lookup proposals are
 deterministic (point masses), so they need only their parent.
 
 Selection is best-first, so it is prefix-consistent: the tree of budget n is the first n nodes

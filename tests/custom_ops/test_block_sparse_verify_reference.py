@@ -116,7 +116,7 @@ def _sample_round(p: list[np.ndarray], q: list[np.ndarray], rng: np.random.Gener
         dist_logprob.append(np.full(V, -np.inf))
     logits = np.stack([np.log(np.maximum(p[0], 1e-300))] + [np.log(np.maximum(p[1 + t], 1e-300)) for t in children])
     uniforms = rng.random((len(tokens), k + 1))
-    if naive:  # accept deterministic top-k children with min(1, p/q): the biased rule of DESIGN §4
+    if naive:  # accept deterministic top-k children with min(1, p/q): the biased rule of docs/design.md §4
         for slot, child in enumerate(range(1, len(tokens))):
             x = tokens[child]
             if uniforms[0, slot] < p[0][x] / q[0][x]:

@@ -1,4 +1,4 @@
-"""DynamicTreePrune numpy reference: the semantics of DESIGN §3, and numerics on adversarial rows."""
+"""DynamicTreePrune numpy reference: the semantics of docs/design.md §3, and numerics on adversarial rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Emit the fused CPU graph of a Llama-family decoder on onnxruntime's contrib ops (DESIGN §8).
+"""Emit the fused CPU graph of a Llama-family decoder on onnxruntime's contrib ops (docs/design.md §8).
 
 The op set is the one onnxruntime-genai's model builder emits for CPU — `GroupQueryAttention`
 (rotary inside, packed QKV, KV buffer shared between past and present, attention over the valid

@@ -1,4 +1,4 @@
-"""Turn a dynamic-shape graph of the DESIGN §2 contract into one static bucket variant.
+"""Turn a dynamic-shape graph of the docs/design.md §2 contract into one static bucket variant.
 
 The variant feeds `q` tokens, reads the whole KV buffer of `capacity` slots (`past_key_values.*`,
 valid slots marked by the mask) and returns only the `q` new entries (`new_key_values.*`), which

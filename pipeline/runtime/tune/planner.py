@@ -1,4 +1,4 @@
-"""Hardware-aware tree planning (DESIGN §8 cost model): choose the tree that maximizes tokens/s.
+"""Hardware-aware tree planning (docs/design.md §8 cost model): choose the tree that maximizes tokens/s.
 
 Round time = draft levels + target verify of the tree's n nodes + host work; tokens per round =
 1 + accepted drafts. Both are measured on the device, not assumed:
