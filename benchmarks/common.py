@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle import MANIFEST_NAME, Bundle
 from specdec.pipeline.export import ExportConfig, export_bundle
 
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
@@ -13,7 +13,7 @@ CACHE = Path(__file__).resolve().parent / "results" / "cache"
 
 def cached(path: Path, build: Callable[[], Bundle]) -> Bundle:
     """Reuse a bundle built by an earlier run of any benchmark (delete results/cache to rebuild)."""
-    if (path / "manifest.json").is_file():
+    if (path / MANIFEST_NAME).is_file():
         return Bundle.load(path)
     return build()
 

@@ -108,7 +108,7 @@ def optimum_model(checkpoint: Path, python: str | None, root: Path) -> Path | st
 def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bool, int4: bool = True
                     ) -> dict[str, Path]:
     """Export, quantize, compile and tune the specdec bundles (cached under `root`)."""
-    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.bundle import MANIFEST_NAME, Bundle
     from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
     from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
@@ -118,7 +118,7 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bo
 
     def cached(name: str, build: Any) -> Bundle:
         path = root / name
-        return Bundle.load(path) if (path / "manifest.json").is_file() else build(path)
+        return Bundle.load(path) if (path / MANIFEST_NAME).is_file() else build(path)
 
     exported = cached("export", lambda p: export_bundle(ExportConfig(target=str(target), draft=str(draft),
                                                                      output=p)))

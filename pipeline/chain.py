@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
-from specdec.pipeline.bundle import Bundle, fingerprint, input_digests
+from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, fingerprint, input_digests
 from specdec.pipeline.compile import CompileConfig, compile_bundle, compile_settings
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.export import ExportConfig, export_bundle
@@ -131,7 +131,7 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
 
 
 def _reusable(out: Path, expected: str) -> Bundle | None:
-    if not (out / "manifest.json").is_file():
+    if not (out / MANIFEST_NAME).is_file():
         return None
     try:
         bundle = Bundle.load(out)

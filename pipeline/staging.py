@@ -28,9 +28,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.errors import BundleError, InputError, setting
+from specdec.pipeline.records.manifest import MANIFEST_NAME, read_manifest
 
-MANIFEST_FILE = "manifest.json"
 RESULTS_FILE = "results.json"
 # What `specdec bench` writes into its results directory (plots are `*.png`).
 BENCH_FILES = frozenset({RESULTS_FILE, "summary.md", "events.jsonl", "trace.json"})
@@ -78,11 +78,12 @@ def _json(path: Path) -> object:
 
 
 def _bundle_files(directory: Path) -> set[str] | None:
-    data = _json(directory / MANIFEST_FILE)
-    if not (isinstance(data, dict) and isinstance(data.get("schema_version"), int)
-            and isinstance(data.get("files"), dict)):
+    """The files of the bundle at `directory` (its manifest's reader decides what is a bundle)."""
+    try:
+        manifest = read_manifest(directory)
+    except BundleError:
         return None
-    return {*data["files"], MANIFEST_FILE}
+    return {*manifest.files, MANIFEST_NAME}
 
 
 def _bench_files(directory: Path) -> set[str] | None:

@@ -192,3 +192,18 @@ def test_no_import_cycles() -> None:
     for module, targets in graph.items():
         packages.setdefault(_package(module), set()).update(_package(t) for t in targets)
     assert not _cycles({name: targets - {name} for name, targets in packages.items()})
+
+
+def test_one_reader_of_the_manifest() -> None:
+    """manifest.json is named, and so read, in records/manifest.py only (everyone else: read_manifest, Bundle.load)."""
+    offenders = []
+    for path in [*_modules("pipeline"), *_modules("cli"), *sorted((ROOT / "benchmarks").glob("*.py"))]:
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef) and node.body
+                      and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+        if _rel(path) != "pipeline/records/manifest.py" and any(
+                isinstance(node, ast.Constant) and node.value == "manifest.json" and id(node) not in docstrings
+                for node in ast.walk(tree)):
+            offenders.append(_rel(path))
+    assert not offenders

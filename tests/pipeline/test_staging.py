@@ -9,13 +9,18 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.records.manifest import FileEntry, GraphSpec, Manifest, TokenizerSpec
 from specdec.pipeline.staging import StagedDirectory, StagedFile, check_output_dir, writable_directory
 
 
 def _bundle_dir(path: Path, *extra: str) -> Path:
     path.mkdir(parents=True)
     (path / "target.onnx").write_bytes(b"graph")
-    (path / "manifest.json").write_text(json.dumps({"schema_version": 2, "files": {"target.onnx": {}}}))
+    graph = GraphSpec(file="target.onnx", architecture="llama", source="x", dtype="float32", num_layers=1,
+                      num_kv_heads=1, head_dim=4, vocab_size=8, max_position_embeddings=32, inputs=[], outputs=[])
+    manifest = Manifest(graphs={"target": graph}, tokenizer=TokenizerSpec(vocab_size=8, eos_token_ids=[0]),
+                        files={"target.onnx": FileEntry(sha256="0" * 64, size=5)})
+    (path / "manifest.json").write_text(manifest.to_json())
     for name in extra:
         (path / name).write_text("mine")
     return path
