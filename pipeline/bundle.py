@@ -27,6 +27,7 @@ from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import sha256_file
 from specdec.pipeline.models import StrictModel, validate_model
 from specdec.pipeline.records import codec
+from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -73,6 +74,8 @@ class GraphSpec(StrictModel):
     inputs: Tensors
     outputs: Tensors
     parameters: int = 0
+    # How the decoder computes (records/decoder.py); None in bundles exported before schema 4.
+    decoder: Annotated[Decoder | None, _parsed(Decoder | None), _DUMPED] = None
 
 
 class TokenizerSpec(StrictModel):

@@ -23,7 +23,8 @@ from typing import Any
 
 from specdec.pipeline import profiles
 from specdec.pipeline.bundle import Bundle, BundleWriter, Manifest, input_digests
-from specdec.pipeline.compile.fused.flavour import FUSED_ARCHITECTURES, compile_fused
+from specdec.pipeline.compile.fused.builder import fused_blocker
+from specdec.pipeline.compile.fused.flavour import compile_fused
 from specdec.pipeline.compile.static_flavour import BUCKET_DIR, compile_static
 from specdec.pipeline.errors import BundleError, InputError, UnsupportedModelError, setting
 from specdec.pipeline.progress import Progress, SilentProgress
@@ -114,17 +115,18 @@ FLAVOURS: dict[GraphFlavour, Flavour] = {GraphFlavour.cpu: compile_fused, GraphF
 
 
 def _flavour(settings: CompileSettings, manifest: Manifest) -> GraphFlavour:
-    """The flavour to build: the cpu flavour needs a Llama-family decoder (it rebuilds the graph)."""
+    """The flavour to build: the cpu flavour rebuilds each graph from its architecture record
+    (manifest `decoder`), which says whether it can."""
     if settings.flavour is not GraphFlavour.cpu:
         return settings.flavour
-    unsupported = sorted({spec.architecture for spec in manifest.graphs.values()} - FUSED_ARCHITECTURES)
-    if not unsupported:
+    blockers = {f"{role} ({spec.architecture}): {reason}" for role, spec in manifest.graphs.items()
+                if (reason := fused_blocker(spec.decoder, spec.head_dim)) is not None}
+    if not blockers:
         return GraphFlavour.cpu
     if not settings.flavour_from_profile:
-        raise UnsupportedModelError(
-            f"--target cpu builds Llama-family graphs ({', '.join(sorted(FUSED_ARCHITECTURES))}), not "
-            f"{', '.join(unsupported)}", "compile with --target npu (standard ops, any architecture)")
-    log.warning("the cpu flavour does not cover %s; compiling the npu flavour instead", ", ".join(unsupported))
+        raise UnsupportedModelError(f"--target cpu cannot build the {'; '.join(sorted(blockers))}",
+                                    "compile with --target npu (standard ops, any architecture)")
+    log.warning("the cpu flavour cannot build the %s; compiling the npu flavour instead", "; ".join(sorted(blockers)))
     return GraphFlavour.npu
 
 

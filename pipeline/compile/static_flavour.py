@@ -96,7 +96,8 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
                     path = out_dir / f"{name}.onnx"
                     onnx.save(model, str(path))
                     validation[name] = validator.check(source.graph_path(role), path, q=q, capacity=context,
-                                                       dtype=spec.dtype)
+                                                       dtype=spec.dtype,
+                                                       window=spec.decoder.window if spec.decoder else None)
                     simplify_notes[name] = note
                     inputs, outputs = describe_io(path)
                     rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs,

@@ -19,8 +19,10 @@ MANIFEST_NAME = "manifest.json"
 # with a BundleError that names the fix. 2: compiled graph flavours (`buckets.flavour`,
 # `buckets.fused`) and the tuned `plan`. 3: context-length buckets of the npu flavour
 # (`buckets.graphs.*.context`) and its shared weights files (`buckets.weights`). Schema-1 and
-# schema-2 bundles load unchanged (their variants all span `max_context`).
-MANIFEST_SCHEMA = 3
+# schema-2 bundles load unchanged (their variants all span `max_context`). 4: each graph's
+# `decoder` record (records/decoder.py: attention windows, rotary tables, norms); older bundles
+# load as full-attention decoders, and compile --target cpu asks to re-export them.
+MANIFEST_SCHEMA = 4
 
 
 @dataclass

@@ -14,6 +14,7 @@ from typing import Any
 
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.codec import RecordError, parse
+from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.manifest import MANIFEST_NAME, MANIFEST_SCHEMA, BucketTable, CustomOps, Quantization
 from specdec.pipeline.records.plan import TunePlan
 
@@ -32,6 +33,12 @@ class GraphInfo:
     dtype: str
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    decoder: Decoder | None = None  # None: a bundle from before schema 4 (full attention)
+
+    @property
+    def window(self) -> int | None:
+        """The attention window of the graph's windowed layers, None if it has none."""
+        return self.decoder.window if self.decoder is not None else None
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,10 @@ def read_bundle(path: str | Path) -> BundleInfo:
                           "upgrade specdec")
     graphs: dict[str, GraphInfo] = {}
     for role, spec in raw.get("graphs", {}).items():
+        try:
+            decoder: Decoder | None = parse(Decoder | None, spec.get("decoder"), f"graphs.{role}.decoder")
+        except RecordError as exc:
+            raise BundleError(f"{manifest_path} is invalid at {exc}", "re-create the bundle") from None
         file = root / spec["file"]
         # a compiled bundle runs from its buckets; the device copy may leave the dynamic graphs out
         if not file.is_file() and not raw.get("buckets"):
@@ -86,6 +97,7 @@ def read_bundle(path: str | Path) -> BundleInfo:
             dtype=str(spec["dtype"]),
             input_names=tuple(t["name"] for t in spec["inputs"]),
             output_names=tuple(t["name"] for t in spec["outputs"]),
+            decoder=decoder,
         )
     if "target" not in graphs:
         raise BundleError(f"bundle '{root}' has no target graph", "re-create the bundle with `specdec export`")
