@@ -16,7 +16,7 @@ from collections import Counter
 from common import demo_bundle, prompts
 
 from specdec.pipeline.profiles import load_scenario
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.text import TextCodec

@@ -36,8 +36,7 @@ def median_time(action: Callable[[], Any], repeats: int = 3) -> tuple[float, Any
 
 
 def prompts(count: int = 8) -> list[str]:
-    from specdec.pipeline.bench.prompts import FALLBACK, default_prompts_file
-    from specdec.pipeline.prompts import load_prompts
+    from specdec.pipeline.prompts import FALLBACK, default_prompts_file, load_prompts
 
     path = default_prompts_file()
     texts = [p.text or "" for p in load_prompts(path)] if path else [text for _, text in FALLBACK]

@@ -23,7 +23,7 @@ from typing import Any
 from common import CACHE, cached, demo_bundle, prompts
 
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 from specdec.pipeline.text import TextCodec

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.tiny_models import drop_layers, make_model, make_tokenizer, save
 
 from specdec.pipeline.export import ExportConfig, export_bundle
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 
 

@@ -16,7 +16,7 @@ from common import CACHE, cached, demo_bundle, prompts
 
 from specdec.pipeline.quantize.config import QuantizeConfig
 from specdec.pipeline.quantize.stage import quantize_bundle
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.text import TextCodec
 

@@ -67,16 +67,16 @@ def optimum_decoder(job: dict[str, Any]) -> Decode:
 
 def specdec_decoder(job: dict[str, Any]) -> Decode:
     """Settings as `specdec generate` resolves them: the bundle's plan for this machine, its requirements."""
-    from specdec.pipeline.generate import decode_settings
+    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
     from specdec.pipeline.profiles import load_device
-    from specdec.pipeline.runtime.engine import Engine
-    from specdec.pipeline.runtime.graph import SessionOptions
 
     threads = int(job["threads"])
-    engine = Engine(job["model"], SessionOptions(threads=threads))
+    bundle = Bundle.load(job["model"])
+    engine = Generator(bundle, threads=threads).engine
     engine.eos = set()  # like the peers' min_length: exactly `new` tokens per prompt
-    options = {"max_new_tokens": int(job["new_tokens"]), **job.get("decode", {})}
-    config = decode_settings(engine.info, options, load_device("local-cpu"), None, threads=threads).config
+    request = GenerateConfig(max_new_tokens=int(job["new_tokens"]), threads=threads, **job.get("decode", {}))
+    config = generate_settings(request, bundle, load_device("local-cpu"), None).config
 
     def decode(prompt: list[int]) -> list[int]:
         return engine.generate(prompt, config).output_ids

@@ -108,13 +108,13 @@ def optimum_model(checkpoint: Path, python: str | None, root: Path) -> Path | st
 def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bool, int4: bool = True
                     ) -> dict[str, Path]:
     """Export, quantize, compile and tune the specdec bundles (cached under `root`)."""
-    from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
     from specdec.pipeline.bundle import Bundle
     from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
     from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
     from specdec.pipeline.quantize.config import Method
     from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+    from specdec.pipeline.tune import TuneConfig, tune_bundle
 
     def cached(name: str, build: Any) -> Bundle:
         path = root / name
@@ -156,8 +156,7 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, npu: bo
 
 
 def prompts(tokenizer_dir: Path, count: int) -> list[list[int]]:
-    from specdec.pipeline.bench.prompts import default_prompts_file
-    from specdec.pipeline.prompts import load_prompts
+    from specdec.pipeline.prompts import default_prompts_file, load_prompts
     from specdec.pipeline.text import TextCodec
 
     codec = TextCodec(tokenizer_dir)

@@ -20,11 +20,11 @@ from pathlib import Path
 
 from common import prompts as prompt_texts
 
-from specdec.pipeline.generate import decode_settings
+from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.profiles import load_device
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.stats import STAGES
 from specdec.pipeline.text import TextCodec
 
@@ -60,10 +60,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    engine = Engine(args.bundle, SessionOptions(threads=args.threads))
+    bundle = Bundle.load(args.bundle)
+    engine = Generator(bundle, threads=args.threads).engine
     engine.eos = set()  # exactly --tokens per reply, as peers.py
-    settings = decode_settings(engine.info, {"max_new_tokens": args.tokens}, load_device("local-cpu"), None,
-                               threads=args.threads)
+    settings = generate_settings(GenerateConfig(max_new_tokens=args.tokens, threads=args.threads), bundle,
+                                 load_device("local-cpu"), None)
     speculative = settings.config
     plain = dataclasses.replace(speculative, speculative=False)
     print(f"plan: speculative {speculative.speculative}, drafter {speculative.drafter.value}, "

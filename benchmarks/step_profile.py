@@ -28,8 +28,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _prompts(tokenizer_dir: Path, count: int) -> list[list[int]]:
-    from specdec.pipeline.bench.prompts import default_prompts_file
-    from specdec.pipeline.prompts import load_prompts
+    from specdec.pipeline.prompts import default_prompts_file, load_prompts
     from specdec.pipeline.text import TextCodec
 
     codec = TextCodec(tokenizer_dir)
@@ -62,17 +61,16 @@ def _genai(model: str, prompts: list[list[int]], tokens: int) -> list[tuple[floa
 
 def _specdec(bundle: str, prompts: list[list[int]], tokens: int, threads: int, one_row: bool
              ) -> list[tuple[float, float]]:
-    from specdec.pipeline.generate import decode_settings
+    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
     from specdec.pipeline.profiles import load_device
-    from specdec.pipeline.runtime.engine import Engine
-    from specdec.pipeline.runtime.graph import SessionOptions
 
-    engine = Engine(bundle, SessionOptions(threads=threads))
+    loaded = Bundle.load(bundle)
+    engine = Generator(loaded, threads=threads).engine
     engine.eos = set()  # every reply decodes `tokens` tokens
-    options: dict[str, Any] = {"max_new_tokens": tokens, "speculative": False}
-    if one_row:
-        options["exact_layout"] = False
-    config = decode_settings(engine.info, options, load_device("local-cpu"), None, threads=threads).config
+    request = GenerateConfig(max_new_tokens=tokens, speculative=False, threads=threads,
+                             exact_layout=False if one_row else None)
+    config = generate_settings(request, loaded, load_device("local-cpu"), None).config
 
     def one(prompt: list[int]) -> tuple[float, float]:
         reply = engine.generate(prompt, config)

@@ -17,7 +17,7 @@ from common import CACHE, cached, demo_bundle, prompts
 
 from specdec.pipeline.generate import Generator
 from specdec.pipeline.prompts import PromptItem
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.stats import ACCEPT, DRAFT, PRUNE, VERIFY
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 

@@ -29,17 +29,17 @@ from typing import Any
 
 from common import CACHE, cached, demo_bundle, prompts, realistic_bundle
 
-from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.config import Method
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.tuning import apply_choice
+from specdec.pipeline.runtime.tune.measure import apply_choice
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 from specdec.pipeline.text import TextCodec
+from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 BUDGETS = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 DEPTHS = (1, 2, 3, 4, 6, 8)
@@ -139,7 +139,7 @@ def main() -> None:
     # in one run). Each tree over the plan measured in its own budget row cancels that drift.
     row_best = max(grid_vs_plan, key=grid_vs_plan.__getitem__)
     # The plan predicts decoding rounds; replies also pay a prefill speculation does not shorten
-    # (bench's run-level prediction, pipeline/bench/planning.run_prediction, does the same).
+    # (bench's run-level prediction, pipeline/tune/plans.run_prediction, does the same).
     first = statistics.median(f for f, _ in plain_phases)
     decode = statistics.median(d for _, d in plain_phases)
     planned_decode = statistics.median(d for _, d in planned_phases)

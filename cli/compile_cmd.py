@@ -3,31 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from specdec.cli import options
 from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import human_bytes, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
-from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.manifest import GraphFlavour
 
 
-def parse_sizes(text: str | None, option: str) -> tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise InputError(f"{option} '{text}' is not a comma-separated list of integers",
-                         f"pass e.g. {option} 8,24,48,96") from None
-
-
 def compile_(
-    bundle: Path = typer.Argument(..., help="Bundle to compile (exported, surgered and/or quantized)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write."),
-    profile: str = typer.Option("local-cpu", "--profile", "-p", help="Device profile (name or YAML path)."),
+    bundle: Annotated[Path, typer.Argument(help="Bundle to compile (exported, surgered and/or quantized).")],
+    output: options.BundleOutput,
+    profile: options.Profile = None,
     target: GraphFlavour = typer.Option(None, "--target", help="Graph flavour: cpu (fused contrib ops, KV in place) "
                                         "or npu (static standard-op buckets); the profile's compile.target."),
     buckets: str = typer.Option(None, "--buckets", help="Target tree-size buckets, e.g. 8,24,48,96 (profile's)."),
@@ -37,16 +28,14 @@ def compile_(
     context_buckets: str = typer.Option(None, "--context-buckets",
                                         help="npu: KV slots per context bucket, e.g. 128,256,512,1024 (profile's; "
                                         "capped at --max-context, which is always the last)."),
-    output_format: OutputFormat = typer.Option(None, "--format", help="onnx, ort or both (npu: onnx, whose variants "
-                                               "share weights; ORT format repeats them per variant; cpu: both)."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    format: OutputFormat = typer.Option(None, "--format", help="onnx, ort or both (npu: onnx, whose variants "
+                                        "share weights; ORT format repeats them per variant; cpu: both)."),
+    force: options.Force = False,
 ) -> None:
     """Compile the bundle's graphs in a runtime flavour: fused cpu graphs, or npu static q × context variants."""
-    config = CompileConfig(output=output, profile=profile, target=target, buckets=parse_sizes(buckets, "--buckets"),
-                           draft_buckets=parse_sizes(draft_buckets, "--draft-buckets"), max_context=max_context,
-                           prefill_chunk=prefill_chunk,
-                           context_buckets=parse_sizes(context_buckets, "--context-buckets"), format=output_format,
-                           force=force)
+    config = options.config_from(CompileConfig, locals(), buckets=options.parse_sizes(buckets, "buckets"),
+                                 draft_buckets=options.parse_sizes(draft_buckets, "draft_buckets"),
+                                 context_buckets=options.parse_sizes(context_buckets, "context_buckets"))
     result = compile_bundle(config, Bundle.load(bundle), progress=RichProgress())
     report = result.manifest.reports["compile"]
     worst = max(report["max_abs_diff"].values())

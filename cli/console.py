@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import os
 import traceback
@@ -83,20 +82,23 @@ def setup_logging(verbose: bool) -> None:
         os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
-# Config keys whose CLI parameter has another name (most are the same: max_new_tokens).
-_KEY_PARAMS = {"asserts": "assertion", "max_regression_pct": "max_regression", "format": "output_format"}
-
-
 def command_flags(command: Callable[..., Any]) -> dict[str, str]:
-    """Parameter name -> long flag of a Typer command function (`max_new_tokens` -> `--max-new-tokens`)."""
+    """Parameter name -> long flag of a Typer command function (`max_new_tokens` -> `--max-new-tokens`).
+
+    Parameters are named like the config fields they fill (cli/options.py), so this maps the setting
+    names library errors use to the flags the user typed."""
     flags: dict[str, str] = {}
-    for name, parameter in inspect.signature(command).parameters.items():
-        info = parameter.default
-        if not isinstance(info, typer.models.OptionInfo):
-            continue
+    for name, info in command_options(command).items():
         decls = [d.split("/")[0] for d in (info.param_decls or ()) if d.startswith("--")]
         flags[name] = decls[0] if decls else "--" + name.replace("_", "-")
     return flags
+
+
+def command_options(command: Callable[..., Any]) -> dict[str, typer.models.OptionInfo]:
+    """Parameter name -> its Typer option as Typer reads it, whether declared as the default or in an
+    `Annotated` type (cli/options.py): flags in `param_decls`, the default in `default`."""
+    params = typer.utils.get_params_from_function(command)
+    return {name: meta.default for name, meta in params.items() if isinstance(meta.default, typer.models.OptionInfo)}
 
 
 def error_line(exc: SpecdecError, flags: Mapping[str, str] | None = None) -> str:
@@ -107,7 +109,7 @@ def error_line(exc: SpecdecError, flags: Mapping[str, str] | None = None) -> str
     `--max-new-tokens must be at least 1`. Keys the command has no flag for stay keys.
     """
     table = flags or {}
-    return exc.one_line(lambda key: table.get(_KEY_PARAMS.get(key, key)))
+    return exc.one_line(table.get)
 
 
 def _as_specdec_error(exc: BaseException) -> SpecdecError | None:

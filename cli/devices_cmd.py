@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from specdec.cli import options
 from specdec.cli.console import err, out
 from specdec.pipeline.devices.adb import AdbDevice
 from specdec.pipeline.devices.adb_client import STATE_FIXES, AdbDeviceEntry
@@ -18,6 +19,7 @@ from specdec.pipeline.devices.registry import list_adb_devices
 from specdec.pipeline.errors import DeviceError
 from specdec.pipeline.portable.archive import find_current
 from specdec.pipeline.portable.remote import present
+from specdec.pipeline.profiles import DEFAULT_PROFILES, Transport, load_device
 
 
 def _probe(entry: AdbDeviceEntry, python: str, host: str | None, port: int | None) -> dict[str, Any]:
@@ -99,14 +101,15 @@ def _as_json(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def devices(
-    serial: str = typer.Option(None, "--serial", "-s", help="Only this device (as `adb devices` lists it)."),
-    adb_host: str = typer.Option(None, "--adb-host", "-H", help="Host of a remote adb server (device farm)."),
-    adb_port: int = typer.Option(None, "--adb-port", "-P", help="Port of the adb server (default 5037)."),
-    python: str = typer.Option(
-        "python3", "--python", help="Python to check on the device, e.g. /data/local/tmp/python/bin/python3."),
+    serial: options.Serial = None,
+    adb_host: options.AdbHost = None,
+    adb_port: options.AdbPort = None,
+    python: options.Python = None,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """List what adb sees: model, Android, ABI, battery, the device's Python and the portable runtime on it."""
+    """List what adb sees (only --serial's device when given): model, Android, ABI, battery, the device's Python
+    and the portable runtime on it."""
+    python = python or load_device(DEFAULT_PROFILES[Transport.adb]).runtime.python
     entries = list_adb_devices(adb_host=adb_host, adb_port=adb_port)
     if serial:
         listed = ", ".join(e.serial for e in entries) or "none"

@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from specdec.cli import options
 from specdec.cli.console import RichProgress, err
 from specdec.pipeline.export import DType, ExportConfig, export_bundle
 
 
 def export(
-    target: str = typer.Argument(..., help="Target checkpoint directory, a hub id, or 'demo' for the built-in pair."),
+    target: Annotated[str, typer.Argument(help="Target checkpoint directory, hub id, or 'demo' (the built-in pair).")],
+    output: options.BundleOutput,
     draft: str = typer.Option(
         None, "--draft", "-d",
         help="Draft checkpoint directory (default with 'demo': its draft; otherwise none: a target-only bundle "
              "that speculates with --drafter lookup).",
     ),
     no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo')."),
-    output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write."),
     opset: int = typer.Option(18, help="ONNX opset."),
     dtype: DType = typer.Option(DType.float32, help="Weight and activation dtype of the graphs."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    force: options.Force = False,
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check ONNX against PyTorch after export."),
 ) -> None:
     """Export a Hugging Face target (+ draft) to a validated ONNX bundle."""

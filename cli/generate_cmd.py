@@ -10,14 +10,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from specdec.cli import options
 from specdec.cli.console import RichProgress, err, note, out, warn
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.generate import Generator, decode_settings, host_controllers
+from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings, host_controllers, local_threads
 from specdec.pipeline.profiles import load_device, load_scenario
 from specdec.pipeline.prompts import PromptItem, load_prompts
-from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
-from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 from specdec.pipeline.settings import parse_controllers
 from specdec.pipeline.staging import StagedFile
 
@@ -48,44 +47,35 @@ def _stats_table(rows: list[tuple[str, dict[str, Any]]], by_source: bool) -> Tab
 def generate(
     bundle: Path = typer.Argument(..., help="Bundle directory (any stage); every file's sha256 is checked first."),
     prompt: str = typer.Option(None, "--prompt", "-p", help="Text to continue; streamed to the terminal."),
-    prompts: Path = typer.Option(None, "--prompts", help="JSONL file: lines with 'id' and 'text' or 'input_ids'."),
+    prompts: options.Prompts = None,
     output: Path = typer.Option(None, "--output", "-o", help="JSONL file to write replies to (with --prompts)."),
-    force: bool = typer.Option(False, "--force", help="Replace --output if it exists."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", "-n", help="Tokens to generate at most."),
-    temperature: float = typer.Option(0.0, help="0 = greedy; > 0 samples."),
-    top_k: int = typer.Option(0, "--top-k", help="Keep the k most likely tokens (0 disables)."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling mass (1 disables)."),
-    seed: int = typer.Option(0, help="Seed of the Philox generator (reproducible across machines)."),
-    mode: VerifyMode = typer.Option(None, help="Verification: greedy (temperature 0), match or rrs (sampling)."),
-    tree_budget: int = typer.Option(None, "--tree-budget",
-                                    help="Tree nodes verified per round, root included (profile's: 16 on local-cpu; "
-                                         "clamped to a compiled bundle's largest bucket, with a warning)."),
-    depth: int = typer.Option(None, help="Draft tree depth limit (the scenario's or profile's: 6 on local-cpu)."),
-    width: int = typer.Option(None, help="Frontier nodes the draft expands per level (scenario's or profile's: 4)."),
-    drafter: DrafterKind = typer.Option(None, "--drafter",
-                                        help="Who drafts: model, lookup (prompt lookup, no model call) or "
-                                             "model+lookup (default: the scenario's or profile's, else model; "
-                                             "lookup on bundles without a draft graph)."),
-    lookup_max_ngram: int = typer.Option(None, "--lookup-max-ngram",
-                                         help="Longest context suffix prompt lookup matches (default 3)."),
-    lookup_min_ngram: int = typer.Option(None, "--lookup-min-ngram",
-                                         help="Shortest context suffix prompt lookup matches (default 1)."),
-    profile: str = typer.Option("local-cpu", "--profile",
-                                help="Device profile for the tree limits and controllers (name or YAML path)."),
-    scenario: str = typer.Option(None, "--scenario", help="Prune template: code, chat, creative, knowledge (or YAML)."),
-    controllers: str = typer.Option("none", "--controllers",
-                                    help=f"Adaptive controllers: all, none, or a comma list of "
-                                         f"{','.join(CONTROLLER_NAMES)}."),
-    no_speculation: bool = typer.Option(False, "--no-speculation", help="Plain decoding with the target only."),
+    force: options.Force = False,
+    max_new_tokens: options.MaxNewTokens = None,
+    temperature: options.Temperature = None,
+    top_k: int = typer.Option(None, "--top-k", help="Keep the k most likely tokens (default 0: off)."),
+    top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling mass (default 1: off)."),
+    seed: options.Seed = None,
+    mode: options.Mode = None,
+    tree_budget: options.TreeBudget = None,
+    depth: options.Depth = None,
+    width: options.Width = None,
+    drafter: options.Drafter = None,
+    lookup_max_ngram: options.LookupMaxNgram = None,
+    lookup_min_ngram: options.LookupMinNgram = None,
+    profile: options.Profile = None,
+    scenario: options.Scenario = None,
+    controllers: options.Controllers = None,
+    speculative: bool = typer.Option(None, "--speculation/--no-speculation",
+                                     help="Speculate, or decode plainly with the target only (default: speculate "
+                                          "unless the plan chose plain decoding)."),
     truncate: bool = typer.Option(False, "--truncate", help="Keep the end of prompts longer than the context."),
-    exact_layout: bool = typer.Option(None, "--exact-layout/--tree-layout",
-                                      help="Exact layout: chains only, no single-row calls, so every token is "
-                                           "computed bitwise as in plain decoding (default: on for int8-compute "
-                                           "bundles, else trees)."),
-    threads: int = typer.Option(0, help="onnxruntime intra-op threads (0 = auto: 1 for small graphs, else all)."),
+    exact_layout: options.ExactLayout = None,
+    threads: options.Threads = None,
     stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
 ) -> None:
     """Stream text with speculative decoding from any bundle."""
+    chosen = parse_controllers(controllers) if controllers is not None else ()
+    request = options.config_from(GenerateConfig, locals(), controllers=chosen)
     if (prompt is None) == (prompts is None):
         raise InputError("pass exactly one of --prompt TEXT or --prompts FILE.jsonl", "see `specdec generate --help`")
     if prompts is not None and output is None:
@@ -96,22 +86,17 @@ def generate(
         raise InputError("--prompt is empty", "pass some text to continue")
     # Everything that can be checked is checked before the first token: the output (writable, not
     # clobbered), the bundle (every sha256), the settings, the controllers and every prompt.
-    chosen = parse_controllers(controllers)
     staged = StagedFile(output, force=force) if output is not None else None
     items = load_prompts(prompts) if prompts is not None else [PromptItem("prompt", text=prompt)]
-    template = load_scenario(scenario) if scenario else None
-    device = load_device(profile)
+    template = load_scenario(request.scenario) if request.scenario else None
+    device = load_device(request.profile)
     loaded = Bundle.load(bundle)
-    settings = decode_settings(loaded.runtime_info(), {
-        "max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k, "top_p": top_p, "seed": seed,
-        "mode": mode, "speculative": False if no_speculation else None, "exact_layout": exact_layout,
-        "tree_budget": tree_budget, "depth": depth, "width": width, "drafter": drafter,
-        "lookup_max_ngram": lookup_max_ngram, "lookup_min_ngram": lookup_min_ngram}, device, template, threads=threads)
+    settings = generate_settings(request, loaded, device, template)
     config = settings.config
     for adjustment in settings.notes:
         warn(adjustment)
-    controller = host_controllers(chosen, device, template, settings)
-    generator = Generator(loaded, threads=threads)
+    controller = host_controllers(request.controllers, device, template, settings)
+    generator = Generator(loaded, threads=local_threads(request.threads, device))
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:
         ids = generator.prepare(items, config, truncate)[0]  # checked before the prompt is echoed

@@ -14,7 +14,8 @@ from specdec.pipeline.chain import load_config, run_pipeline
 
 def pipeline(
     config_file: Path = typer.Argument(None, help="Pipeline YAML (default: the built-in demo pair on this machine)."),
-    output: Path = typer.Option(None, "--out", "-o", help="Root directory of the stage outputs (overrides the file)."),
+    output: Path = typer.Option(None, "--output", "--out", "-o",
+                                help="Root directory of the stage outputs (overrides the file)."),
     no_bench: bool = typer.Option(False, "--no-bench", help="Stop after compile."),
 ) -> None:
     """Run export -> surgery -> quantize -> compile -> bench, reusing stages whose inputs did not change."""

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from specdec.cli import options
 from specdec.cli.console import RichProgress, err
 from specdec.cli.render import quality_table
 from specdec.pipeline.bundle import Bundle
@@ -13,8 +15,8 @@ from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 
 
 def quantize(
-    bundle: Path = typer.Argument(..., help="Float bundle written by `specdec export` (or surgery)."),
-    output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write."),
+    bundle: Annotated[Path, typer.Argument(help="Float bundle written by `specdec export` (or surgery).")],
+    output: options.BundleOutput,
     graphs: str = typer.Option(None, "--graphs",
                                help="Graphs to quantize, comma-separated: target, draft or both (default: every graph "
                                     "the bundle has). `--graphs draft` keeps the target, and so the output, bit for "
@@ -38,8 +40,7 @@ def quantize(
                                               "onnxruntime-genai quantizes every block to 4)."),
     keep_float: list[str] = typer.Option(None, "--keep-float",
                                          help="Layer name pattern (fnmatch) to keep float; repeatable."),
-    calib: Path = typer.Option(None, "--calib", help="Calibration text, or JSONL with 'text' or 'input_ids' lines "
-                                                     "(default: built-in text)."),
+    calib: options.Calib = None,
     calib_samples: int = typer.Option(128, "--calib-samples", help="Calibration windows."),
     calib_seq_len: int = typer.Option(128, "--calib-seq-len", help="Tokens per calibration window."),
     eval_file: Path = typer.Option(None, "--eval", help="Text for perplexity (default: held-out calibration slice)."),
@@ -47,17 +48,11 @@ def quantize(
                                            help="Fail when a graph's perplexity rises by more than this percent."),
     quantize_embeddings: bool = typer.Option(False, "--quantize-embeddings",
                                              help="Embedding tables to GatherBlockQuantized (target 8, draft 4 bits)."),
-    seed: int = typer.Option(0, help="Seed for sampling calibration windows and rows."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    seed: options.Seed = None,
+    force: options.Force = False,
 ) -> None:
     """Quantize target and draft weights to INT4/INT8 MatMulNBits (RTN, GPTQ or AWQ) with a quality report."""
-    config = QuantizeConfig(
-        output=output, graphs=graphs, method=method, target_method=target_method, draft_method=draft_method,  # type: ignore[arg-type]
-        group_size=group_size, symmetric=symmetric, accuracy_level=accuracy_level, head_bits=head_bits,
-        first_block_bits=first_block_bits,
-        keep_float=tuple(keep_float or ()),
-        calib=calib, calib_samples=calib_samples, calib_seq_len=calib_seq_len, eval_file=eval_file,
-        max_ppl_increase=max_ppl_increase, seed=seed, force=force, quantize_embeddings=quantize_embeddings)
+    config = options.config_from(QuantizeConfig, locals(), keep_float=tuple(keep_float or ()))
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress())
     report = result.manifest.reports["quantize"]
     assert result.manifest.quantization is not None

@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from specdec.cli import options
 from specdec.cli.console import RichProgress, err, guarded, out
 from specdec.pipeline.portable import recipe
 from specdec.pipeline.portable.archive import (
@@ -42,8 +43,7 @@ def archive_table(archives: list[RuntimeArchive], title: str) -> Table:
 @guarded
 def build(
     abi: str = typer.Option(recipe.DEFAULT_ABI, "--abi", help=f"Android ABI ({', '.join(sorted(recipe.ABIS))})."),
-    force: bool = typer.Option(False, "--force", help="Build again even when this recipe's archive is cached "
-                                                       "(picks up Debian security updates)."),
+    force: options.Force = False,
     apt_mirror: str = typer.Option(recipe.DEBIAN_MIRROR, "--apt-mirror", help="Debian mirror with bookworm."),
     apt_security_mirror: str = typer.Option(recipe.DEBIAN_SECURITY_MIRROR, "--apt-security-mirror",
                                             help="Debian security mirror, or 'none'."),

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from specdec.cli import options
 from specdec.cli.console import RichProgress, err
 from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.runtime.config import PruneParams
+from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 
 def surgery(
-    bundle: Path = typer.Argument(..., help="Bundle written by `specdec export`."),
-    output: Path = typer.Option(..., "--output", "-o", help="Bundle directory to write."),
+    bundle: Annotated[Path, typer.Argument(help="Bundle written by `specdec export`.")],
+    output: options.BundleOutput,
     max_k: int = typer.Option(PruneParams.max_k, "--max-k", min=1,
                               help="Candidates per node DynamicTreePrune can keep (fixed)."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    force: options.Force = False,
 ) -> None:
     """Insert DynamicTreePrune and BlockSparseVerify (com.endpoint.ai) as ONNX functions."""
     result = surgery_bundle(SurgeryConfig(output=output, max_k=max_k, force=force), Bundle.load(bundle),

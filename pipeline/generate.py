@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,15 +12,40 @@ from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
 from specdec.pipeline.prompts import PromptItem
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.records.plan import device_key
-from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine, RoundController
 from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.manifest import BundleInfo
 from specdec.pipeline.runtime.stats import Reply
-from specdec.pipeline.settings import ResolvedSettings, bundle_requirements, controller_spec, resolve_decode
+from specdec.pipeline.settings import ResolvedSettings, controller_spec, options_from, run_settings
 from specdec.pipeline.text import TextCodec
+
+
+@dataclass(frozen=True)
+class GenerateConfig:
+    """What `specdec generate` was asked for. The decode settings are named like DecodeConfig's fields and
+    None means "not set": the plan, scenario, profile or built-in default decides (pipeline/settings.py)."""
+
+    profile: str = "local-cpu"
+    scenario: str | None = None
+    controllers: tuple[str, ...] = ()  # on this machine only what the user asks for
+    threads: int | None = None  # None: the profile's runtime.threads
+    truncate: bool = False
+    max_new_tokens: int | None = None
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    mode: VerifyMode | None = None
+    speculative: bool | None = None
+    tree_budget: int | None = None
+    depth: int | None = None
+    width: int | None = None
+    drafter: DrafterKind | None = None
+    lookup_max_ngram: int | None = None
+    lookup_min_ngram: int | None = None
+    exact_layout: bool | None = None
 
 
 class Generator:
@@ -67,17 +93,22 @@ class Generator:
                    "stats": reply.as_dict()}
 
 
-def decode_settings(info: BundleInfo, options: dict[str, Any], profile: DeviceProfile,
-                    scenario: ScenarioProfile | None, threads: int = 0) -> ResolvedSettings:
-    """The settings resolver (pipeline/settings.py) with this bundle's needs, its plan for this machine (tuned
-    with `specdec tune --device local` at the same thread count), its buckets and drafts, as bench uses it."""
+def local_threads(threads: int | None, profile: DeviceProfile) -> int:
+    return profile.runtime.threads if threads is None else threads
+
+
+def local_device_key(threads: int) -> str:
+    """This machine's device key (the plan `specdec tune --device local` stores at the same thread count)."""
     model, abi = LocalDevice.identity()
-    drafter = options.get("drafter")
-    plan = (info.plan.for_device(device_key("local", model, abi, threads),
-                                 getattr(drafter, "value", drafter))
-            if info.plan is not None else None)
-    return resolve_decode(options, profile=profile, scenario=scenario, plan=plan, buckets=info.buckets,
-                          requirements=bundle_requirements(info.quantization), has_draft="draft" in info.graphs)
+    return device_key("local", model, abi, threads)
+
+
+def generate_settings(config: GenerateConfig, bundle: Bundle, profile: DeviceProfile,
+                      scenario: ScenarioProfile | None) -> ResolvedSettings:
+    """The run's decode settings (pipeline/settings.py), with the bundle's plan for this machine."""
+    threads = local_threads(config.threads, profile)
+    return run_settings(options_from(config), bundle.manifest, profile=profile, scenario=scenario,
+                        device=local_device_key(threads))
 
 
 def host_controllers(names: tuple[str, ...], profile: DeviceProfile, scenario: ScenarioProfile | None,

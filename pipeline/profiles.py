@@ -17,9 +17,9 @@ import yaml
 from pydantic import Field, model_validator
 
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.models import StrictModel, validate_model
+from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.records.manifest import GraphFlavour
-from specdec.pipeline.runtime.config import MAX_LOOKUP_NGRAM, DecodeConfig, DrafterKind, PruneParams
+from specdec.pipeline.strict_model import StrictModel, validate_model
 
 # Tree and prune defaults are DecodeConfig's (the one place they live); a profile or scenario
 # that leaves a field out gets the same value a bare DecodeConfig has.
@@ -215,6 +215,10 @@ def load(name_or_path: str | Path, kind: str = "device") -> Any:
         raise InputError(f"unknown {kind} profile '{name_or_path}'",
                          f"built-in {kind} profiles: {', '.join(builtin_names(kind))}; or pass a YAML path")
     return _parse(candidate, kind)
+
+
+# The device profile a command uses on a transport unless --profile names another.
+DEFAULT_PROFILES = {Transport.local: "local-cpu", Transport.adb: "android-generic"}
 
 
 def load_device(name_or_path: str | Path) -> DeviceProfile:

@@ -1,4 +1,7 @@
-"""The one resolver of decode settings, shared by `specdec generate` and `specdec bench`.
+"""The one resolver of decode settings, shared by `specdec generate`, `bench` and `tune`.
+
+`run_settings` is the entry point: a run's options, the bundle's manifest and the device the run
+is on give the settings it decodes with, the same way in every command.
 
 Settings come in layers, each a partial mapping from setting name to value; for every setting
 the first layer that gives a value wins:
@@ -13,7 +16,7 @@ The same rules hold for generate and bench.
 The resolver records which layer supplied each value (`ResolvedSettings.sources`), and results.json
 and `generate --stats` show it.
 
-The setting names are the fields of `runtime.config.DecodeConfig` and of its `PruneParams`
+The setting names are the fields of `records.decode.DecodeConfig` and of its `PruneParams`
 (flattened): a field added there (with its default) is a setting here, with no change to the
 precedence logic. A new source of settings is a new `Layer` in `decode_layers`, in its place.
 The built-in defaults are DecodeConfig's own: they live there and nowhere else.
@@ -32,8 +35,9 @@ from typing import Any, Protocol
 
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
-from specdec.pipeline.records.manifest import BucketTable, Quantization
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind, PruneParams
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, PruneParams
+from specdec.pipeline.records.manifest import BucketTable, Manifest, Quantization
+from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 
 log = logging.getLogger(__name__)
@@ -68,6 +72,7 @@ class ResolvedSettings:
     # the plain step time of the tuned plan whose drafter and tree the run follows (the fallback
     # controller judges speculation against it); None unless all of them come from the plan
     plan_plain_step_ms: float | None = None
+    plan: DevicePlan | None = None  # the bundle's plan for the run's device (run_settings), followed or not
 
     def describe(self, keys: Sequence[str] = ("drafter", "tree_budget", "depth", "width", "beta_base", "max_k")
                  ) -> str:
@@ -238,6 +243,22 @@ def resolve_decode(options: Mapping[str, Any], *, profile: DeviceProfile, scenar
     if plan is None or any(resolved.sources.get(key) != "plan" for key in PLANNED_KEYS):
         return resolved  # a flag, the scenario or the profile chose the rounds: the plan's costs do not apply
     return dataclasses.replace(resolved, plan_plain_step_ms=plan.plain_step_ms)
+
+
+def run_settings(options: Mapping[str, Any], manifest: Manifest, *, profile: DeviceProfile,
+                 scenario: ScenarioProfile | None = None, device: str | None = None) -> ResolvedSettings:
+    """The settings a run of `generate`, `bench` or `tune` decodes with: `options` (by setting name, None
+    for "not set") over the bundle's requirements, its plan for `device` (a `records.plan.device_key`;
+    None: no plan applies, e.g. before the device is known), the scenario and the profile, fitted
+    to the bundle's buckets and drafts. A plan made for another drafter than a fixed `drafter` is
+    not used (its tree was chosen for that drafter)."""
+    drafter = options.get("drafter")
+    plan = (manifest.plan.for_device(device, getattr(drafter, "value", drafter))
+            if manifest.plan is not None and device is not None else None)
+    resolved = resolve_decode(options, profile=profile, scenario=scenario, plan=plan, buckets=manifest.buckets,
+                              requirements=bundle_requirements(manifest.quantization),
+                              has_draft="draft" in manifest.graphs)
+    return dataclasses.replace(resolved, plan=plan)
 
 
 # ---- adaptive controllers --------------------------------------------------------------------

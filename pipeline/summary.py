@@ -57,7 +57,7 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
     for role, spec in manifest.graphs.items():
         graph_bytes = sum(e.size for rel, e in manifest.files.items() if belongs_to(rel, spec.file))
         graphs[role] = {
-            **spec.model_dump(exclude={"inputs", "outputs"}),
+            **{key: value for key, value in dump(spec).items() if key not in ("inputs", "outputs")},
             "precision": precision(manifest, role),
             "bytes": graph_bytes,
             "inputs": compact_io(spec.inputs),
@@ -69,10 +69,10 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         "tool_version": manifest.tool_version,
         "stages": bundle.stages(),
         "graphs": graphs,
-        "tokenizer": manifest.tokenizer.model_dump(),
+        "tokenizer": dump(manifest.tokenizer),
         "total_bytes": sum(sizes.values()),
         "bytes_by_entry": sizes,
-        "lineage": [entry.model_dump() for entry in manifest.lineage],
+        "lineage": dump(manifest.lineage),
         "reports": manifest.reports,
         "custom_ops": dump(manifest.custom_ops),
         "quantization": dump(manifest.quantization),

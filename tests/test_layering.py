@@ -2,7 +2,8 @@
 
     cli (one module per command + console, render)
      └─ pipeline/chain.py (the pipeline command) ─ stages: export, surgery, quantize, compile, bench
-         └─ shared: bundle, settings, profiles, graph_io, passes, prompts, models, devices, ...
+         └─ shared: tune (the tune command, plans in a bench run), ondevice (running the device runner),
+            bundle, settings, profiles, graph_io, passes, prompts, devices, portable, ...
              └─ runtime (device: numpy + onnxruntime + stdlib) ─ records ─ errors
 """
 
@@ -78,8 +79,8 @@ def test_commands_do_not_import_each_other() -> None:
     # the device runtime: what runs on a phone
     ("pipeline/runtime", ("specdec.pipeline.runtime", "specdec.pipeline.records", "specdec.pipeline.errors",
                           "specdec.custom_ops")),
-    # shared records: below the runtime, except the decode settings record it stores (runtime/config.py)
-    ("pipeline/records", ("specdec.pipeline.records", "specdec.pipeline.errors", "specdec.pipeline.runtime.config")),
+    # shared records: below the runtime
+    ("pipeline/records", ("specdec.pipeline.records", "specdec.pipeline.errors")),
 ])
 def test_device_side_imports_only_device_side_code(folder: str, allowed: tuple[str, ...]) -> None:
     offenders = []
@@ -120,3 +121,74 @@ def test_commands_load_bundles_through_the_verifying_loader() -> None:
     offenders = [(_rel(p), m) for p in _modules("cli") for m in _imports(p)
                  if m.startswith(("specdec.pipeline.runtime.manifest", "specdec.pipeline.runtime.engine"))]
     assert not offenders
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(["specdec", *(parts[:-1] if parts[-1] == "__init__" else parts)])
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """specdec module -> the specdec modules it imports (TYPE_CHECKING imports too: they are cycles in waiting)."""
+    modules = {_module_name(p): p for folder in ("cli", "pipeline", "custom_ops", "profiles")
+               for p in (ROOT / folder).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # `from pkg import module` imports the module; `from pkg import name`, the package
+                imported |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                             for a in node.names}
+        graph[name] = {module for module in imported if module in modules and module != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one member (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _package(module: str) -> str:
+    """The unit of the layering: `specdec.pipeline.X` (a package or a module), `specdec.cli`, ..."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if parts[1] == "pipeline" and len(parts) > 2 else parts[:2])
+
+
+def test_no_import_cycles() -> None:
+    """Neither modules nor packages import each other in a circle (a package's own modules aside)."""
+    graph = _import_graph()
+    assert not _cycles(graph)
+    packages: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        packages.setdefault(_package(module), set()).update(_package(t) for t in targets)
+    assert not _cycles({name: targets - {name} for name, targets in packages.items()})

@@ -14,11 +14,12 @@ from typing import Any
 from specdec import __version__
 from specdec.pipeline import profiles
 from specdec.pipeline.bench import analysis, plots, report, trace
-from specdec.pipeline.bench.orchestrate import DeviceRun
-from specdec.pipeline.bench.prompts import BenchPrompt
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.devices.sensors import thermal_events
+from specdec.pipeline.ondevice.orchestrate import DeviceRun
+from specdec.pipeline.prompts import BenchPrompt
 from specdec.pipeline.records.codec import to_dict
+from specdec.pipeline.records.decode import VerifyMode
 from specdec.pipeline.records.results import (
     BenchResults,
     BundleRef,
@@ -30,7 +31,6 @@ from specdec.pipeline.records.results import (
     SensorSummary,
     Thermal,
 )
-from specdec.pipeline.runtime.config import VerifyMode
 from specdec.pipeline.settings import ResolvedSettings
 
 

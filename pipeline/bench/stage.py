@@ -13,31 +13,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.pipeline import profiles
-from specdec.pipeline.bench import gates, planning
-from specdec.pipeline.bench.controls import sensor_args
-from specdec.pipeline.bench.launch import prepare_device
-from specdec.pipeline.bench.orchestrate import DeviceRun, ProgressSink, run_on_device
+from specdec.pipeline.bench import gates
 from specdec.pipeline.bench.outputs import assemble, write_outputs
-from specdec.pipeline.bench.payload import build_payload
-from specdec.pipeline.bench.prompts import BenchPrompt, load_bench_prompts
 from specdec.pipeline.bundle import Bundle, StagedDirectory
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.ondevice.controls import sensor_args
+from specdec.pipeline.ondevice.launch import prepare_device
+from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_on_device
+from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.plan import DevicePlan
+from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
+from specdec.pipeline.records.decode import DrafterKind, VerifyMode
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
-from specdec.pipeline.runtime.config import DrafterKind, VerifyMode
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
-    ResolvedSettings,
-    bundle_requirements,
     check_controllers,
     controller_spec,
     options_from,
-    resolve_decode,
+    run_settings,
 )
 from specdec.pipeline.text import TextCodec
+from specdec.pipeline.tune import plans
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +53,14 @@ class BenchConfig:
     adb_port: int | None = None
     prompts: Path | None = None
     limit: int | None = None
-    max_new_tokens: int = 64
     repeats: int = 1
-    temperature: float = 0.0
+    # Decode settings, by DecodeConfig field name; None: not set, the plan, scenario, profile or
+    # built-in default decides (pipeline/settings.py), as for `specdec generate`.
+    max_new_tokens: int | None = None
+    temperature: float | None = None
     mode: VerifyMode | None = None
-    seed: int = 0
-    tree_budget: int | None = None  # None: the plan's, scenario's or profile's (pipeline/settings.py)
+    seed: int | None = None
+    tree_budget: int | None = None
     depth: int | None = None
     width: int | None = None
     drafter: DrafterKind | None = None  # None: the scenario's or profile's, else model
@@ -91,7 +91,7 @@ class BenchConfig:
 
     @property
     def profile_name(self) -> str:
-        return self.profile or ("local-cpu" if self.device is Transport.local else "android-generic")
+        return self.profile or profiles.DEFAULT_PROFILES[self.device]
 
 
 @dataclass
@@ -104,15 +104,6 @@ class BenchOutcome:
     @property
     def failed_gates(self) -> list[GateResult]:
         return [g for g in self.gates if not g.passed]
-
-
-def decode_settings(config: BenchConfig, profile: profiles.DeviceProfile, bundle: Bundle,
-                    plan: DevicePlan | None = None) -> ResolvedSettings:
-    """The decoding settings sent to the device, validated here so errors surface before any push."""
-    scenario = profiles.load_scenario(config.scenario) if config.scenario else None
-    return resolve_decode(options_from(config), profile=profile, scenario=scenario, plan=plan,
-                          buckets=bundle.manifest.buckets, has_draft="draft" in bundle.manifest.graphs,
-                          requirements=bundle_requirements(bundle.manifest.quantization))
 
 
 def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[BenchPrompt]) -> list[list[int]]:
@@ -133,12 +124,13 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}",
                          f"pass {setting('device')} {profile.transport.value} or another {setting('profile')}")
-    settings = decode_settings(config, profile, bundle)
+    scenario = profiles.load_scenario(config.scenario) if config.scenario else None
+    options = options_from(config)
+    settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
     baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
     codec = TextCodec(bundle.tokenizer_dir)
     prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit), bundle,
-                                     config.max_new_tokens)
-    scenario = profiles.load_scenario(config.scenario) if config.scenario else None
+                                     settings.config.max_new_tokens)
     with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.
         prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
@@ -146,12 +138,11 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                                   threads=config.threads, progress=progress)
         device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
                                                       prepared.info, prepared.threads, prepared.key)
-        plan = planning.stored_plan(bundle, key, config.drafter)
-        settings = decode_settings(config, profile, bundle, plan)
+        settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario, device=key)
+        plan = settings.plan
         tune = None
         if plan is None and config.tune and settings.config.speculative:
-            tune = planning.tune_request(bundle, options_from(config), key,
-                                         calibration_prompts(config, codec, prompts))
+            tune = plans.tune_request(bundle, options, key, calibration_prompts(config, codec, prompts))
         sensors = sensor_args(device, profile, config.controllers)
         controls = controller_spec(config.controllers, profile, scenario, settings)
         controls["power"].update(sensors.power)
@@ -162,14 +153,14 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
             run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
                                 on_event=on_event, sensors=sensors, launch=launch, info=info)
         run.warnings += settings.notes + sensors.notes + truncated
-        tuned = planning.tuned_plan(run.events)
-        settings = planning.with_tuned(settings, tuned, tune)
+        tuned = plans.tuned_plan(run.events)
+        settings = plans.with_tuned(settings, tuned, tune)
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
         used = plan or tuned
         if used is not None:
             source = "bundle" if plan is not None else "tuned on the device"
-            plan_report = planning.report(used, source, run.events, results.figures.speedup, tuned)
+            plan_report = plans.report(used, source, run.events, results.figures.speedup, tuned)
             figures = dataclasses.replace(results.figures, predicted_speedup=plan_report.predicted_speedup)
             results = dataclasses.replace(results, plan=plan_report, figures=figures)
         if baseline is not None:

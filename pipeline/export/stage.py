@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec, check_output_path
+from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
 from specdec.pipeline.export.compat import PairReport, check_pair, check_target
@@ -22,6 +22,7 @@ from specdec.pipeline.export.torch_graph import export_onnx
 from specdec.pipeline.export.validate import enforce, validate_graph
 from specdec.pipeline.graph_io import describe_io
 from specdec.pipeline.progress import Progress, SilentProgress
+from specdec.pipeline.staging import check_output_dir
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def _check_pair_before_export(config: ExportConfig) -> tuple[dict[str, ckpt.Chec
 
 def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bundle:
     progress = progress or SilentProgress()
-    check_output_path(config.output, force=config.force)
+    check_output_dir(config.output, force=config.force)
     if config.opset < 18:
         raise InputError(f"{setting('opset')} {config.opset} is too old",
                          "use 18 or newer (torch.onnx dynamo needs it)")

@@ -60,7 +60,7 @@ def _engine_figures(bundle_dir: Path, prompts: list[list[int]], new_tokens: int,
     layout, to report what the exact layout protects against: the share of tokens that would
     differ from plain decoding there.
     """
-    from specdec.pipeline.runtime.config import DecodeConfig
+    from specdec.pipeline.records.decode import DecodeConfig
     from specdec.pipeline.runtime.engine import Engine
     from specdec.pipeline.settings import bundle_requirements
 

@@ -179,7 +179,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
 
     progress = progress or SilentProgress()
     _check_bundle(source)
-    manifest = source.manifest.model_copy(deep=True)
+    manifest = source.manifest.copy()
     context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
     if config.calib_seq_len > context:
         raise InputError(f"{setting('calib_seq_len')} {config.calib_seq_len} exceeds the bundle's context of "
@@ -212,7 +212,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
             spec.inputs, spec.outputs = describe_io(out)
         manifest.quantization = Quantization(format="MatMulNBits", domain="com.microsoft", graphs=records)
         # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
-        (writer.dir / MANIFEST_NAME).write_text(manifest.model_dump_json(indent=2) + "\n")
+        (writer.dir / MANIFEST_NAME).write_text(manifest.to_json())
         report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=config.eval_new_tokens,
                                   progress=progress, quantized=roles)
         manifest.reports["quantize"] = report

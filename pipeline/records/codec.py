@@ -1,13 +1,14 @@
 """Dataclass records <-> plain JSON data, validated field by field with the standard library only.
 
-pydantic does this on the host, but the device runtime reads the same records with only numpy,
-onnxruntime and the standard library, so the records are stdlib dataclasses and this module is
-their one validating reader and writer. The rules match the pydantic models of the host:
-unknown keys are errors, required fields must be present, enums take their values, a
-record's own `__post_init__` checks run on construction. Error locations are dotted paths
-(`buckets.graphs.target.0.q`), like pydantic's.
+The device runtime reads manifest.json and run.json with only numpy, onnxruntime and the
+standard library, so every file that crosses to the device is a stdlib dataclass record and this
+module is their one validating reader and writer, on the host too (pydantic, which would do the
+same, is not on phones). The rules are pydantic's, which the host's YAML profiles use: unknown
+keys are errors, required fields must be present, enums take their values, a record's own
+`__post_init__` checks run on construction. Error locations are dotted paths
+(`buckets.graphs.target.0.q`).
 
-Supported field types: the JSON scalars, `Path`, enums, nested dataclasses, `list[T]`,
+Supported field types: the JSON scalars, `Path`, enums, `Literal[...]`, nested dataclasses, `list[T]`,
 `tuple[T, ...]`, `tuple[A, B]`, `dict[str | int | Enum, T]`, `X | None`, unions of those and `Any`.
 """
 
@@ -90,6 +91,11 @@ def parse(tp: Any, value: Any, where: str = "") -> Any:
         return None
     if value is None:
         raise RecordError(where, "Input should not be null")
+    if origin is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices:
+            raise RecordError(where, f"'{value}' is not one of: {', '.join(str(c) for c in choices)}")
+        return value
     if origin is list:
         (item,) = typing.get_args(tp) or (Any,)
         return [parse(item, v, _at(where, i)) for i, v in enumerate(_sequence(value, where))]

@@ -1,17 +1,25 @@
-"""Typed sections of a bundle's manifest.json that stages write and the device runtime reads.
+"""A bundle's manifest.json: its one schema (`Manifest` and its sections) and its one reader (`read_manifest`).
 
-`specdec.pipeline.bundle.Manifest` (pydantic, host only) holds these records as field types and
-`specdec.pipeline.runtime.manifest` (device) reads the same records without pydantic, so both
-sides agree on one definition. Their JSON is what manifest schema 1 has always held.
+Stages write it (through `bundle.BundleWriter`, which adds the file hashes and the lineage entry),
+`bundle.Bundle.load` reads it and then verifies every file's sha256, and the device runtime reads
+it with the same function (`runtime/manifest.py` derives what the engine needs): stdlib
+dataclasses validated by `records.codec`, so host and device accept exactly the same JSON and
+word its errors the same way.
 """
 
 from __future__ import annotations
 
+import copy
 import enum
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
-from specdec.pipeline.records.codec import OMIT_DEFAULT
+from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, parse
+from specdec.pipeline.records.decoder import Decoder
+from specdec.pipeline.records.plan import TunePlan
 
 MANIFEST_NAME = "manifest.json"
 # Version of the manifest's on-disk shape. Bump it when the JSON changes shape (a new key that
@@ -195,3 +203,111 @@ class BucketTable:
         files |= {data for role, data in self.weights.items()
                   if any(v.ort_file is None for v in self.graphs.get(role, []))}
         return sorted(files)
+
+
+# ---- the manifest ---------------------------------------------------------------------------------
+
+@dataclass
+class GraphSpec:
+    """One exported graph (by role: target, draft): its file, architecture, geometry and I/O."""
+
+    file: str
+    architecture: str
+    source: str  # the checkpoint it was exported from
+    dtype: Literal["float32", "float16"]
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    parameters: int = 0
+    # How the decoder computes (records/decoder.py); None in bundles exported before schema 4.
+    decoder: Decoder | None = field(default=None, metadata=OMIT_DEFAULT)
+
+
+@dataclass(kw_only=True)
+class TokenizerSpec:
+    dir: str = "tokenizer"
+    vocab_size: int
+    eos_token_ids: list[int]
+    bos_token_id: int | None = None
+    pad_token_id: int | None = None
+    special_tokens: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class FileEntry:
+    sha256: str
+    size: int
+
+
+@dataclass
+class LineageEntry:
+    """One stage applied: its config and the hashes of its inputs; equal fingerprints mean equal runs."""
+
+    stage: str
+    tool_version: str
+    created: str
+    config: dict[str, Any]
+    inputs: dict[str, str]
+    fingerprint: str
+
+
+@dataclass(kw_only=True)
+class Manifest:
+    schema_version: int = MANIFEST_SCHEMA
+    tool_version: str = ""  # set by the writer (bundle.BundleWriter.finish)
+    graphs: dict[str, GraphSpec]
+    tokenizer: TokenizerSpec
+    files: dict[str, FileEntry] = field(default_factory=dict)  # every file but the manifest, with its sha256
+    lineage: list[LineageEntry] = field(default_factory=list)
+    reports: dict[str, Any] = field(default_factory=dict)  # stage reports (validation, quality, ...) by stage
+    custom_ops: CustomOps | None = None  # surgery
+    quantization: Quantization | None = None  # quantize
+    buckets: BucketTable | None = None  # compile: the flavour's graphs, the dispatch table
+    plan: TunePlan | None = field(default=None, metadata=OMIT_DEFAULT)  # tune: plans per device
+
+    @property
+    def fingerprint(self) -> str:
+        """The last stage's fingerprint: equal fingerprints mean equal inputs and config."""
+        return self.lineage[-1].fingerprint if self.lineage else ""
+
+    def copy(self) -> Manifest:
+        """A deep copy for the next stage to change (stages never touch their input bundle)."""
+        return copy.deepcopy(self)
+
+    def to_json(self) -> str:
+        return json.dumps(dump(self), indent=2) + "\n"
+
+
+def read_manifest(root: str | Path) -> Manifest:
+    """The bundle's manifest, validated; BundleError naming the problem and the fix otherwise.
+
+    Reads only: `Bundle.load` then checks every file's sha256, and the device runtime trusts
+    a copy the host verified before pushing it.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise BundleError(f"bundle '{root}' does not exist or is not a directory",
+                          "pass the output directory of `specdec export` (or a later stage)")
+    path = root / MANIFEST_NAME
+    if not path.is_file():
+        raise BundleError(f"'{root}' has no {MANIFEST_NAME}, so it is not a specdec bundle",
+                          "create one with `specdec export TARGET --draft DRAFT -o DIR`")
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc})", "re-create the bundle") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise BundleError(f"{path} has no schema_version", "re-create the bundle")
+    if version > MANIFEST_SCHEMA:
+        raise BundleError(f"bundle '{root}' was written by a newer specdec (schema {version}, this one reads "
+                          f"{MANIFEST_SCHEMA})", "upgrade specdec to read it")
+    try:
+        manifest: Manifest = parse(Manifest, raw)
+    except RecordError as exc:
+        raise BundleError(f"{path} is invalid: {exc}", "re-create the bundle") from None
+    return manifest

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, from_dict, json_key, to_dict
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.device import CooldownResult, DeviceInfo, ThermalSnapshot
 from specdec.pipeline.records.plan import DevicePlan, PlanChoice, TuneRequest
-from specdec.pipeline.runtime.config import DecodeConfig
 
 RESULTS_SCHEMA = "specdec.bench/3"
 # Earlier schemas whose `figures` are still readable (for --baseline).

@@ -24,7 +24,7 @@ from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.runtime.stats import Reply
-from specdec.pipeline.runtime.tuning import apply_choice, device_plan, run_request
+from specdec.pipeline.runtime.tune.measure import apply_choice, device_plan, run_request
 
 EVENTS = "events.jsonl"
 MODES = ("plain", "speculative")

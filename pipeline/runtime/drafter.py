@@ -21,7 +21,7 @@ from typing import Protocol
 
 import numpy as np
 
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.rng import Randomness
 from specdec.pipeline.runtime.stats import RoundStats
 from specdec.pipeline.runtime.tree import DraftTree

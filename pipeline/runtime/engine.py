@@ -26,8 +26,8 @@ from specdec.custom_ops.block_sparse_verify import (
     verify_rrs,
 )
 from specdec.pipeline.errors import BundleError, GenerationError, setting
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.records.manifest import GraphFlavour
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.lookup import LookupDrafter, ModelLookupDrafter

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.runtime.config import PruneParams
+from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.runtime.manifest import GraphInfo
 from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK, mask_feeds
 

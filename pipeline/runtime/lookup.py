@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from itertools import islice
 
-from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
+from specdec.pipeline.records.decode import DecodeConfig, VerifyMode
 from specdec.pipeline.runtime.drafter import DraftResult, RoundPlan, no_distributions
 from specdec.pipeline.runtime.model_drafter import ModelDrafter
 from specdec.pipeline.runtime.rng import Randomness

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from specdec.custom_ops.dynamic_tree_prune import dynamic_tree_prune
-from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
+from specdec.pipeline.records.decode import DecodeConfig, VerifyMode
 from specdec.pipeline.runtime.drafter import DraftResult, RoundPlan
 from specdec.pipeline.runtime.rng import Randomness, Stream
 from specdec.pipeline.runtime.runner import Runner, causal

@@ -25,8 +25,8 @@ from specdec.pipeline.errors import BundleError, ValidationError
 from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
 from specdec.pipeline.passes import PASSES, prune_pass
 from specdec.pipeline.progress import Progress, SilentProgress
+from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.records.manifest import CustomOpGraph, CustomOps
-from specdec.pipeline.runtime.config import PruneParams
 from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK
 from specdec.pipeline.runtime.runner import tree_mask
 
@@ -65,7 +65,7 @@ def _apply(pass_module: ModuleType, model: onnx.ModelProto, config: SurgeryConfi
 def surgery_bundle(config: SurgeryConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
     progress = progress or SilentProgress()
     _check_bundle(source)
-    manifest = source.manifest.model_copy(deep=True)
+    manifest = source.manifest.copy()
     records: dict[str, CustomOpGraph] = {}
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         writer.copy_from(source, exclude=graph_files(source.manifest.files, (s.file for s in manifest.graphs.values())))

@@ -30,7 +30,7 @@ from specdec.pipeline.compile.fused.weights import read_linears
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.packing import dequantize, unpack
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.fused_kv import ROUND_ROWS

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.bundle import (
-    SCHEMA_VERSION,
+    MANIFEST_SCHEMA,
     Bundle,
     BundleWriter,
     GraphSpec,
@@ -40,7 +40,7 @@ def test_finish_records_hashes_and_lineage(tmp_path: Path) -> None:
     assert set(loaded.manifest.files) == {"target.onnx", "tokenizer/tokenizer.json"}
     assert loaded.stages() == ["export"]
     assert loaded.manifest.lineage[0].config == {"a": 1}
-    assert loaded.manifest.schema_version == SCHEMA_VERSION
+    assert loaded.manifest.schema_version == MANIFEST_SCHEMA
     assert bundle.manifest.fingerprint == loaded.manifest.fingerprint != ""
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary directory left behind"
 
@@ -63,7 +63,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     _write(tmp_path / "b")
     manifest = tmp_path / "b" / "manifest.json"
     data = json.loads(manifest.read_text())
-    data["schema_version"] = SCHEMA_VERSION + 1
+    data["schema_version"] = MANIFEST_SCHEMA + 1
     manifest.write_text(json.dumps(data))
     with pytest.raises(BundleError, match="newer specdec"):
         Bundle.load(tmp_path / "b")
@@ -129,6 +129,33 @@ def test_copy_from_copies_not_links(tmp_path: Path) -> None:
     assert (tmp_path / "a" / "target.onnx").read_bytes() == b"graph"
     Bundle.load(tmp_path / "a")  # the input still verifies
     assert Bundle.load(tmp_path / "b").stages() == ["export", "noop"]
+
+
+def test_manifest_errors_read_alike_on_host_and_device(tmp_path: Path) -> None:
+    """One reader (records.manifest.read_manifest): the host's loader and the device runtime word errors alike."""
+    from specdec.pipeline.runtime.manifest import read_bundle
+
+    _write(tmp_path / "b")
+    manifest = tmp_path / "b" / "manifest.json"
+    good = manifest.read_text()
+    cases = [("{", "is not valid JSON"), ("[]", "has no schema_version"),
+             ('{"schema_version": 1}', "'graphs': Field required"),
+             (good.replace('"num_layers": 1', '"num_layers": "one"'),
+              r"'graphs.target.num_layers': Input should be a valid int")]
+    for text, message in cases:
+        manifest.write_text(text)
+        with pytest.raises(BundleError, match=message) as host:
+            Bundle.load(tmp_path / "b")
+        with pytest.raises(BundleError, match=message) as device:
+            read_bundle(tmp_path / "b")
+        assert host.value.one_line() == device.value.one_line()
+
+
+def test_manifest_round_trips_byte_for_byte(tmp_path: Path) -> None:
+    _write(tmp_path / "b")
+    text = (tmp_path / "b" / "manifest.json").read_text()
+    assert Bundle.load(tmp_path / "b").manifest.to_json() == text
+    assert list(json.loads(text))[:4] == ["schema_version", "tool_version", "graphs", "tokenizer"]
 
 
 def test_typed_sections_are_validated_alike_on_host_and_device(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.profiles import ScenarioProfile, load_device, load_scenario
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, OutputFormat
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.settings import (
     SETTING_KEYS,
     Layer,

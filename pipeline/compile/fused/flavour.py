@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specdec.pipeline.bundle import Bundle, Manifest
+from specdec.pipeline.compile.config import CompileSettings
 from specdec.pipeline.compile.fused.builder import build_decoder
 from specdec.pipeline.compile.fused.validate import validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
@@ -32,8 +33,6 @@ from specdec.pipeline.runtime.manifest import read_bundle
 
 if TYPE_CHECKING:
     import onnx
-
-    from specdec.pipeline.compile.stage import CompileSettings
 
 log = logging.getLogger(__name__)
 

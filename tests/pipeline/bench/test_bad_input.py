@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.bench import launch as bench_launch
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bench.trace import IN_GRAPH_NOTE
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.ondevice import launch as bench_launch
 
 runner = CliRunner()
 
@@ -36,7 +36,7 @@ def test_read_only_results_directory(bench_bundle, readonly_dir: Path, no_device
     result = runner.invoke(app, ["bench", str(bench_bundle.path), "--out", str(readonly_dir / "results")])
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and "is on a read-only filesystem — choose --out on a writable filesystem" in lines[0]
+    assert len(lines) == 1 and "is on a read-only filesystem — choose --output on a writable filesystem" in lines[0]
     assert list(readonly_dir.iterdir()) == []
 
 

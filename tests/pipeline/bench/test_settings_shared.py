@@ -2,24 +2,49 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.bench.stage import BenchConfig, decode_settings
-from specdec.pipeline.generate import decode_settings as generate_settings
-from specdec.pipeline.profiles import load_device, load_scenario
-from specdec.pipeline.runtime.manifest import read_bundle
+from specdec.pipeline import generate
+from specdec.pipeline.bench import stage as bench_stage
+from specdec.pipeline.settings import ResolvedSettings, run_settings
 
 
-def test_generate_and_bench_agree(bench_bundle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    profile = load_device("snapdragon-8gen3").model_copy(update={"transport": "local"})
-    bench = decode_settings(BenchConfig(output=tmp_path, scenario="creative", tree_budget=40), profile, bench_bundle)
-    options = {"max_new_tokens": 64, "temperature": 0.0, "seed": 0, "tree_budget": 40}  # what the CLI passes
-    generate = generate_settings(read_bundle(bench_bundle.path), options, profile, load_scenario("creative"))
-    assert generate.config == bench.config and generate.sources == bench.sources and generate.notes == bench.notes
-    assert bench.config.tree_budget == 16 and bench.notes  # clamped to the largest bucket, with a note
+class _Resolved(Exception):
+    """Stops a command once it has resolved its settings."""
+
+
+@pytest.mark.parametrize("flags", [
+    [],
+    ["--scenario", "creative", "--tree-budget", "40", "--depth", "3", "--drafter", "model+lookup",
+     "--lookup-max-ngram", "4", "--temperature", "0.7", "--mode", "rrs", "--seed", "5", "-n", "12", "--tree-layout"],
+])
+def test_generate_and_bench_resolve_the_same_flags_alike(bench_bundle, monkeypatch: pytest.MonkeyPatch,
+                                                         flags: list[str]) -> None:
+    """What each command makes of the same flags, through the CLI: drift in a flag's name, default or
+    parsing between the two commands shows up as different settings or sources."""
+    seen: dict[str, ResolvedSettings] = {}
+
+    def capture(command: str) -> Any:
+        def resolve(*args: Any, **kwargs: Any) -> ResolvedSettings:
+            seen[command] = run_settings(*args, **kwargs)
+            raise _Resolved
+        return resolve
+
+    monkeypatch.setattr(generate, "run_settings", capture("generate"))
+    monkeypatch.setattr(bench_stage, "run_settings", capture("bench"))
+    runner = CliRunner()
+    path = str(bench_bundle.path)
+    for argv in (["generate", path, "--prompt", "x", *flags], ["bench", path, *flags]):
+        result = runner.invoke(app, argv)
+        assert isinstance(result.exception, _Resolved), result.output
+    assert seen["generate"].config == seen["bench"].config
+    assert seen["generate"].sources == seen["bench"].sources and seen["generate"].notes == seen["bench"].notes
+    if flags:
+        assert seen["bench"].config.tree_budget == 16 and seen["bench"].notes  # clamped to the largest bucket
 
 
 def test_generate_on_a_compiled_bundle_clamps_instead_of_failing(bench_bundle) -> None:  # type: ignore[no-untyped-def]

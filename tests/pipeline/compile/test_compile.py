@@ -16,8 +16,8 @@ from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
 from specdec.pipeline.errors import BundleError, GenerationError, InputError
 from specdec.pipeline.records.codec import dump
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.manifest import GraphFlavour
-from specdec.pipeline.runtime.config import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle

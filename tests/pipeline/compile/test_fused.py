@@ -10,7 +10,7 @@ import pytest
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.errors import GenerationError, UnsupportedModelError
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.runner import causal, no_scratch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError, InputError, ValidationError
 from specdec.pipeline.quantize import QuantizeConfig, quality, quantize_bundle
 from specdec.pipeline.records.codec import dump
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
+from specdec.pipeline.records.manifest import BucketTable, OutputFormat
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.runner import causal_mask
 
@@ -222,8 +224,8 @@ def test_graphs_setting_is_validated(quantized, tmp_path: Path) -> None:  # type
     with pytest.raises(InputError, match=r"graphs \(empty\) names no graph"):
         QuantizeConfig(output=tmp_path / "q", graphs=",")
     source = quantized[0]
-    target_only = Bundle(source.path, source.manifest.model_copy(
-        update={"graphs": {"target": source.manifest.graphs["target"]}}))
+    target_only = Bundle(source.path, dataclasses.replace(source.manifest,
+                                                          graphs={"target": source.manifest.graphs["target"]}))
     with pytest.raises(InputError, match="has no draft graph to quantize") as caught:
         quantize_bundle(QuantizeConfig(output=tmp_path / "t", graphs="draft", **SMALL), target_only)
     assert not (tmp_path / "t").exists()
@@ -262,7 +264,8 @@ def test_bad_input(quantized, bundle_factory, tmp_path: Path) -> None:  # type: 
     source, bundles = quantized
     with pytest.raises(BundleError, match="already quantized"):
         quantize_bundle(QuantizeConfig(output=tmp_path / "again", **SMALL), bundles["rtn"])
-    compiled = Bundle(source.path, source.manifest.model_copy(update={"buckets": {"sizes": [8]}}))
+    compiled = Bundle(source.path, dataclasses.replace(source.manifest, buckets=BucketTable(
+        max_context=8, prefill_chunk=0, format=OutputFormat.onnx, profile="local-cpu", graphs={})))
     with pytest.raises(BundleError, match="quantize before compile"):
         quantize_bundle(QuantizeConfig(output=tmp_path / "c", **SMALL), compiled)
     with pytest.raises(InputError, match=r"group size 256 divides no layer \(widths: 64, 128\)"):

@@ -11,8 +11,8 @@ import pytest
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, from_dict, json_key, parse, to_dict
+from specdec.pipeline.records.decode import DecodeConfig, VerifyMode
 from specdec.pipeline.records.manifest import BucketTable, LayerQuantization, OutputFormat
-from specdec.pipeline.runtime.config import DecodeConfig, VerifyMode
 
 
 class Colour(str, enum.Enum):

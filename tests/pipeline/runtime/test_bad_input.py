@@ -11,7 +11,7 @@ import pytest
 from specdec.pipeline.errors import BundleError, GenerationError, InputError
 from specdec.pipeline.generate import Generator
 from specdec.pipeline.prompts import PromptItem, load_prompts
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.controllers import (
     BetaAdaptation,
     ControllerChain,

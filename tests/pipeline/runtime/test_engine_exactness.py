@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.export import ExportConfig, export_bundle
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 
 

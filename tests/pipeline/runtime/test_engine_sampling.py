@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 
 from specdec.custom_ops.block_sparse_verify import target_probs
 from specdec.pipeline.export import ExportConfig, export_bundle
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 
 PROMPT = [3, 4, 5]

@@ -17,7 +17,7 @@ from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.algorithms.base import QuantSpec, round_to_nearest
 from specdec.pipeline.quantize.config import Method
 from specdec.pipeline.quantize.packing import pack
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.invariance import measure
 from specdec.pipeline.runtime.runner import DynamicRunner

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.drafter import DRAFTER_NAMES, RoundPlan
 from specdec.pipeline.runtime.lookup import MIN_PATH_PROB, LookupAcceptance, LookupDrafter, NgramIndex
 from specdec.pipeline.runtime.rng import Randomness

@@ -17,7 +17,7 @@ def test_runtime_runs_without_torch(bundle_factory) -> None:  # type: ignore[no-
         for name in {BLOCKED!r}:
             sys.modules[name] = None  # any import of these now raises ImportError
         from specdec.pipeline.runtime.engine import Engine
-        from specdec.pipeline.runtime.config import DecodeConfig
+        from specdec.pipeline.records.decode import DecodeConfig
         engine = Engine({str(bundle.path)!r})
         greedy = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8))
         sampled = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8, temperature=0.8, mode="rrs"))

@@ -17,7 +17,7 @@ from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.records.codec import dump
-from specdec.pipeline.runtime.config import DecodeConfig
+from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 

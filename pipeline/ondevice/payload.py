@@ -46,7 +46,7 @@ def package_root() -> Path:
 def runtime_files() -> list[str]:
     root = package_root()
     shared = sorted(p.relative_to(root).as_posix() for folder in ("runtime", "records")
-                    for p in (root / "pipeline" / folder).glob("*.py"))
+                    for p in (root / "pipeline" / folder).rglob("*.py"))
     return [*RUNTIME_FILES, *shared]
 
 

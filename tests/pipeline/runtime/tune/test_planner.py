@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from specdec.pipeline.runtime.planner import Calibration, CalibrationRound, CostCurve, plan_tree
+from specdec.pipeline.runtime.tune.planner import Calibration, CalibrationRound, CostCurve, plan_tree
 
 
 def test_cost_curve_interpolates_and_extrapolates() -> None:

@@ -7,11 +7,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from specdec.pipeline.runtime import tuning
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.planner import Plan, TreeChoice
-from specdec.pipeline.runtime.tuning import (
+from specdec.pipeline.runtime.tune import measure
+from specdec.pipeline.runtime.tune.measure import (
     MIN_CONFIRMED,
     CalibrationSpec,
     TuneSettings,
@@ -21,6 +20,7 @@ from specdec.pipeline.runtime.tuning import (
     confirm,
     tune,
 )
+from specdec.pipeline.runtime.tune.planner import Plan, TreeChoice
 
 SMALL = TuneSettings(widths=(1, 2), max_budget=8, max_depth=3, max_new_tokens=12, repeats=2,
                      drafters=(DrafterKind.model,))
@@ -66,7 +66,7 @@ def test_calibration_round_splits_draft_prune_and_rest(bundle_factory) -> None: 
 
 def test_exact_layout_calibrates_chains(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     from specdec.pipeline.records.plan import TuneRequest
-    from specdec.pipeline.runtime.tuning import run_request
+    from specdec.pipeline.runtime.tune.measure import run_request
 
     engine = Engine(bundle_factory("llama").path)
     request = TuneRequest(prompts=_prompts(engine.vocab), device="test", max_budget=6, max_depth=4, max_new_tokens=10,
@@ -145,7 +145,7 @@ def _plan(*speedups: float) -> Plan:
 
 def test_a_plan_that_measures_slower_than_plain_gives_way(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     measured = {2: 0.93, 3: 1.12, 4: 1.30}  # by budget: the model's favourite loses when measured
-    monkeypatch.setattr(tuning, "measured_speedup",
+    monkeypatch.setattr(measure, "measured_speedup",
                         lambda engine, prompts, base, choice, repeats: measured[choice.budget])
     notes: list[str] = []
     plan, speedup = confirm(None, [], DecodeConfig(), _plan(1.6, 1.5, 1.4), TuneSettings(), notes)  # type: ignore[arg-type]
@@ -160,7 +160,7 @@ def test_plain_decoding_when_no_candidate_measures_faster(monkeypatch) -> None: 
         tried.append(choice.budget)
         return 1.01  # within the noise margin: not a win
 
-    monkeypatch.setattr(tuning, "measured_speedup", slower)
+    monkeypatch.setattr(measure, "measured_speedup", slower)
     notes: list[str] = []
     plan, speedup = confirm(None, [], DecodeConfig(), _plan(1.6, 1.5, 1.4, 1.3), TuneSettings(confirm_tries=3),  # type: ignore[arg-type]
                             notes)
@@ -171,7 +171,7 @@ def test_plain_decoding_when_no_candidate_measures_faster(monkeypatch) -> None: 
 def test_measured_speedup_decodes_both_ways(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
     choice = TreeChoice("model", budget=4, depth=3, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.5)
-    speedup = tuning.measured_speedup(engine, _prompts(engine.vocab), DecodeConfig(max_new_tokens=8), choice, 1)
+    speedup = measure.measured_speedup(engine, _prompts(engine.vocab), DecodeConfig(max_new_tokens=8), choice, 1)
     assert 0.05 < speedup < 20.0  # a ratio of two real, positive rates
 
 
@@ -188,17 +188,17 @@ def test_plain_passes_and_verify_rounds_interleave(monkeypatch) -> None:  # type
         calls.append(f"verify {size}")
         return 1_000_000 * size * (len(calls) % 3 + 1)
 
-    monkeypatch.setattr(tuning, "plain_pass", plain)
-    monkeypatch.setattr(tuning, "prefill", lambda runner, ids: calls.append("prefill"))
-    monkeypatch.setattr(tuning, "_time_verify", verify)
+    monkeypatch.setattr(measure, "plain_pass", plain)
+    monkeypatch.setattr(measure, "prefill", lambda runner, ids: calls.append("prefill"))
+    monkeypatch.setattr(measure, "_time_verify", verify)
     prompts = [[1], [2], [3]]
     engine = SimpleNamespace(target=None)
-    plain_ms, curve = tuning.measure_costs(engine, prompts, [5, 6], DecodeConfig(), [1, 2], repeats=2)  # type: ignore[arg-type]
+    plain_ms, curve = measure.measure_costs(engine, prompts, [5, 6], DecodeConfig(), [1, 2], repeats=2)  # type: ignore[arg-type]
     assert calls == ["plain 1", "prefill", "verify 1", "verify 2", "plain 2", "prefill", "verify 1", "verify 2",
                      "plain 3"]
     assert plain_ms == (1 + 2 + 3) / 6  # every prompt's tokens, prefill excluded
     calls.clear()
-    tuning.measure_costs(engine, prompts[:1], [5, 6], DecodeConfig(), [1], repeats=3)  # type: ignore[arg-type]
+    measure.measure_costs(engine, prompts[:1], [5, 6], DecodeConfig(), [1], repeats=3)  # type: ignore[arg-type]
     assert calls == ["plain 1", "prefill", "verify 1", "verify 1", "verify 1"]  # the context is prefilled once
     assert [size for size, _ in curve.points] == [1, 2] and all(ms > 0 for _, ms in curve.points)
 
@@ -206,6 +206,6 @@ def test_plain_passes_and_verify_rounds_interleave(monkeypatch) -> None:  # type
 def test_measure_costs_times_a_real_bundle(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
     prompts = _prompts(engine.vocab)
-    plain_ms, curve = tuning.measure_costs(engine, prompts, list(prompts[0]) * 2, DecodeConfig(max_new_tokens=6),
+    plain_ms, curve = measure.measure_costs(engine, prompts, list(prompts[0]) * 2, DecodeConfig(max_new_tokens=6),
                                            [1, 3], repeats=3)
     assert plain_ms > 0 and [n for n, _ in curve.points] == [1, 3] and all(ms > 0 for _, ms in curve.points)

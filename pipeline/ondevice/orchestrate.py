@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from specdec.pipeline.bench.controls import SensorArgs
-from specdec.pipeline.bench.payload import RUN_SPEC, RUNTIME_ZIP
 from specdec.pipeline.devices.base import Device, DeviceInfo, PythonStatus
 from specdec.pipeline.devices.sensor_log import SensorLog
 from specdec.pipeline.devices.sensors import (
@@ -32,6 +30,8 @@ from specdec.pipeline.devices.sensors import (
 from specdec.pipeline.devices.session import device_session
 from specdec.pipeline.devices.stale_runs import sweep_stale_runs
 from specdec.pipeline.errors import DeviceError, DeviceLostError
+from specdec.pipeline.ondevice.controls import SensorArgs
+from specdec.pipeline.ondevice.payload import RUN_SPEC, RUNTIME_ZIP
 from specdec.pipeline.profiles import DeviceProfile
 from specdec.pipeline.runtime.device_main import EVENTS
 
@@ -90,7 +90,7 @@ def runner_command(workdir: str, python: str, cpu_mask: str | None, sensors: Sen
 
 
 class RunnerLaunch(Protocol):
-    """What starts the runner on the device: its own Python, or the portable runtime (bench/launch.py)."""
+    """What starts the runner on the device: its own Python, or the portable runtime (ondevice/launch.py)."""
 
     def prepare(self, device: Device) -> DeviceInfo:
         """Before the run's work dir exists: check the device, push what the runner needs."""

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from specdec.pipeline.bench.planning import run_prediction
+from specdec.pipeline.tune.plans import run_prediction
 
 
 def _reply(mode: str, ttft_ms: float, total_ms: float, new_tokens: int) -> dict[str, Any]:

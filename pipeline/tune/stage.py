@@ -1,7 +1,7 @@
 """`specdec tune`: measure a device's cost curve and the bundle's acceptance on it, store the plan.
 
 The measuring runs where decoding will run — on the device, through the same push / run / pull
-path as `specdec bench` (the device runner's tune mode, pipeline/runtime/tuning.py) — and the
+path as `specdec bench` (the device runner's tune mode, pipeline/runtime/tune/measure.py) — and the
 plan (records.plan.DevicePlan: cost curve with its fit, acceptance profile, chosen tree,
 predicted speedup, device identity) goes into a new bundle's manifest, keyed by the device.
 `generate` and `bench` then use it by default on that device; flags still override.
@@ -16,21 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline import profiles
-from specdec.pipeline.bench import planning
-from specdec.pipeline.bench.launch import prepare_device
-from specdec.pipeline.bench.orchestrate import ProgressSink, run_on_device
-from specdec.pipeline.bench.payload import build_payload
-from specdec.pipeline.bench.prompts import load_bench_prompts
 from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import DeviceError, InputError, setting
+from specdec.pipeline.ondevice.launch import prepare_device
+from specdec.pipeline.ondevice.orchestrate import ProgressSink, run_on_device
+from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.prompts import load_bench_prompts
+from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
-from specdec.pipeline.runtime.config import DrafterKind
-from specdec.pipeline.settings import bundle_requirements, resolve_decode
+from specdec.pipeline.settings import run_settings
 from specdec.pipeline.text import TextCodec
+from specdec.pipeline.tune import plans
 
 CALIBRATION_PROMPTS = 4
 
@@ -54,7 +54,7 @@ class TuneConfig:
 
     @property
     def profile_name(self) -> str:
-        return self.profile or ("local-cpu" if self.device is Transport.local else "android-generic")
+        return self.profile or profiles.DEFAULT_PROFILES[self.device]
 
     def record(self) -> dict[str, Any]:
         return {"device": self.device.value, "profile": self.profile_name, "threads": self.threads,
@@ -79,9 +79,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
                          f"{config.device.value}", f"pass {setting('device')} {profile.transport.value}")
     options = {"exact_layout": config.exact_layout, "drafter": config.drafter}
     # BundleError here for a --drafter that needs the draft graph this bundle lacks
-    settings = resolve_decode(options, profile=profile, buckets=source.manifest.buckets,
-                              requirements=bundle_requirements(source.manifest.quantization),
-                              has_draft="draft" in source.manifest.graphs)
+    settings = run_settings(options, source.manifest, profile=profile)
     codec = TextCodec(source.tokenizer_dir)
     prompts = _calibration(config, codec)
     # The output is checked (writable, not clobbered) and staged before any device work.
@@ -91,7 +89,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
                                   threads=config.threads, progress=progress)
         device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
                                                       prepared.info, prepared.threads, prepared.key)
-        request = planning.tune_request(source, options, key, prompts, only=True,
+        request = plans.tune_request(source, options, key, prompts, only=True,
                                         max_new_tokens=config.max_new_tokens)
         assert request is not None  # `only` always asks
         spec = RunSpec(decode=settings.config, prompts=[], threads=threads, tune=request)
@@ -99,12 +97,12 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
             payload = build_payload(source, spec, Path(scratch) / "payload")
             run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=False,
                                 on_event=on_event, launch=launch, info=info)
-        plan = planning.tuned_plan(run.events)
+        plan = plans.tuned_plan(run.events)
         if plan is None:
             raise DeviceError(f"{device.serial}: the device runner reported no plan{' (device lost)' * run.partial}",
                               f"see its output: {run.log_tail.strip()[-200:] or 'none'}")
         writer.copy_from(source)
-        manifest = source.manifest.model_copy(deep=True)
+        manifest = source.manifest.copy()
         manifest.plan = (manifest.plan or TunePlan()).with_plan(plan)
         manifest.reports["tune"] = {"device": key, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                                     "warnings": run.warnings}

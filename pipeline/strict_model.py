@@ -1,6 +1,7 @@
-"""The pydantic base of host-side configs and files, and the one mapping of its errors to ours.
+"""`StrictModel`, the pydantic base of the YAML profiles (pipeline/profiles.py), and its one error mapper.
 
-Host only: the device runtime reads its records with `records.codec` instead.
+Host only. Files that cross to the device (manifest.json, run.json, results.json) are stdlib
+records read by `records.codec` instead.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from pydantic import BaseModel, ConfigDict
 from pydantic import ValidationError as PydanticValidationError
 
 from specdec.pipeline.errors import InputError, SpecdecError
-from specdec.pipeline.records.codec import RecordError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -27,10 +27,6 @@ def first_problem(exc: PydanticValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"])
     message = first["msg"]
-    inner = first.get("ctx", {}).get("error")
-    if isinstance(inner, RecordError):  # a record field (records.codec) knows where inside it
-        where = ".".join(p for p in (where, inner.where) if p)
-        message = inner.problem
     return f"'{where or '(top level)'}': {message}"
 
 

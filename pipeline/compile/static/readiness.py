@@ -16,7 +16,7 @@ from typing import Any
 
 import onnx
 
-from specdec.pipeline.compile.static_graph import dynamic_dims
+from specdec.pipeline.compile.static.graph import dynamic_dims
 
 log = logging.getLogger(__name__)
 

@@ -15,24 +15,22 @@ from __future__ import annotations
 import logging
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 
 from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
+from specdec.pipeline.compile.config import CompileSettings
 from specdec.pipeline.compile.optimize import ort_optimize, simplify, to_ort_format
-from specdec.pipeline.compile.readiness import readiness
-from specdec.pipeline.compile.shared_weights import SharedWeights
-from specdec.pipeline.compile.static_graph import dynamic_dims, make_static, strip_custom_ops
-from specdec.pipeline.compile.validate import BucketValidator
+from specdec.pipeline.compile.static.graph import dynamic_dims, make_static, strip_custom_ops
+from specdec.pipeline.compile.static.readiness import readiness
+from specdec.pipeline.compile.static.shared_weights import SharedWeights
+from specdec.pipeline.compile.static.validate import BucketValidator
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import describe_io, load_graph
 from specdec.pipeline.passes import BY_ROLE
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, GraphFlavour, OutputFormat
-
-if TYPE_CHECKING:
-    from specdec.pipeline.compile.stage import CompileSettings
 
 log = logging.getLogger(__name__)
 

@@ -18,20 +18,13 @@ from specdec.pipeline.records.codec import RecordError, from_dict
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.records.plan import DevicePlan, TuneRequest
 from specdec.pipeline.records.results import PlanReport, PlanTerm
-from specdec.pipeline.runtime.config import DrafterKind
-from specdec.pipeline.runtime.tuning import apply_choice
+from specdec.pipeline.runtime.tune.measure import apply_choice
 from specdec.pipeline.settings import DECODE_KEYS, ResolvedSettings
 
 TREE_SETTINGS = ("tree_budget", "depth", "width")
 LOOKUP_SETTINGS = ("lookup_min_ngram", "lookup_max_ngram")
 # prompt lookup's (min, max) suffix lengths a tuning pass tries when the user fixed neither
 LOOKUP_NGRAMS = ([1, 3], [2, 4])
-
-
-def stored_plan(bundle: Bundle, device: str, drafter: DrafterKind | None = None) -> DevicePlan | None:
-    """The bundle's plan for `device`, unless the run fixed a different drafter than the plan's."""
-    plan = bundle.manifest.plan
-    return plan.for_device(device, drafter.value if drafter is not None else None) if plan is not None else None
 
 
 def tune_request(bundle: Bundle, options: Mapping[str, Any], device: str, prompts: list[list[int]],

@@ -28,14 +28,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice, TuneRequest
-from specdec.pipeline.runtime.config import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.planner import Calibration, CalibrationRound, CostCurve, Plan, TreeChoice, plan_tree
 from specdec.pipeline.runtime.rng import Randomness
 from specdec.pipeline.runtime.runner import no_scratch, prefill
 from specdec.pipeline.runtime.stats import DRAFT, PRUNE, VERIFY, RoundStats
 from specdec.pipeline.runtime.tree import ancestor_matrix
+from specdec.pipeline.runtime.tune.planner import Calibration, CalibrationRound, CostCurve, Plan, TreeChoice, plan_tree
 
 log = logging.getLogger(__name__)
 

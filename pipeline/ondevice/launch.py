@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.pipeline.bench.controls import SensorArgs
-from specdec.pipeline.bench.orchestrate import RUNNER_MODULE, DevicePython, RunnerLaunch, runner_args
-from specdec.pipeline.bench.payload import RUNTIME_ZIP
 from specdec.pipeline.devices.base import Device, DeviceInfo, PythonStatus
 from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.errors import DeviceError, InputError
+from specdec.pipeline.ondevice.controls import SensorArgs
+from specdec.pipeline.ondevice.orchestrate import RUNNER_MODULE, DevicePython, RunnerLaunch, runner_args
+from specdec.pipeline.ondevice.payload import RUNTIME_ZIP
 from specdec.pipeline.portable import recipe
 from specdec.pipeline.portable.archive import BuildConfig, RuntimeArchive, build_runtime
 from specdec.pipeline.portable.probe import run_probe

@@ -9,15 +9,14 @@ from typer.testing import CliRunner
 
 from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.bench.tune import TuneConfig, tune_bundle
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.generate import decode_settings
+from specdec.pipeline.generate import GenerateConfig, generate_settings
 from specdec.pipeline.profiles import load_device
+from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import device_key
-from specdec.pipeline.runtime.config import DrafterKind
-from specdec.pipeline.runtime.manifest import read_bundle
+from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 runner = CliRunner()
 
@@ -44,15 +43,15 @@ def test_tune_writes_a_new_bundle_with_the_plan(tuned) -> None:  # type: ignore[
 
 def test_generate_uses_the_plan_and_flags_override(tuned) -> None:  # type: ignore[no-untyped-def]
     bundle, plan = tuned
-    info = read_bundle(bundle.path)
-    settings = decode_settings(info, {"max_new_tokens": 8}, load_device("local-cpu"), None)
+    profile = load_device("local-cpu")
+    settings = generate_settings(GenerateConfig(max_new_tokens=8), bundle, profile, None)
     planned = plan.decode_settings()
     for key, value in planned.items():
         assert getattr(settings.config, key) == value and settings.sources[key] == "plan"
-    override = decode_settings(info, {"tree_budget": 3, "depth": 2, "width": 1, "speculative": True},
-                               load_device("local-cpu"), None)
+    override = generate_settings(GenerateConfig(tree_budget=3, depth=2, width=1, speculative=True), bundle, profile,
+                                 None)
     assert override.config.tree_budget == 3 and override.sources["tree_budget"] == "options"
-    other_threads = decode_settings(info, {}, load_device("local-cpu"), None, threads=7)
+    other_threads = generate_settings(GenerateConfig(threads=7), bundle, profile, None)
     assert "plan" not in other_threads.sources.values()  # a plan is for the thread count it was measured at
 
 

@@ -1,0 +1,123 @@
+"""The command-line options more than one command takes: one definition each (flag, help, default).
+
+A command declares `threads: options.Threads = None`; its parameter name is the field of the
+stage config it fills (`BenchConfig.threads`), so `config_from` builds the config from the
+command's arguments and the error mapper writes a setting the library names (`threads`) as
+the flag the user typed (`--threads`). An option left unset is None and the config's own
+default applies: the built-in defaults live in the configs (and DecodeConfig), not here.
+tests/cli/test_options.py checks that no command re-declares these flags and that every
+command using one gives it the same default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.profiles import RuntimeKind, Transport
+from specdec.pipeline.records.decode import DrafterKind, VerifyMode
+from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
+
+C = TypeVar("C")
+
+
+def config_from(config: type[C], arguments: Mapping[str, Any], **converted: Any) -> C:
+    """`config(**fields)` from a command's arguments named like its fields; unset (None) ones keep the
+    config's defaults. `converted` supplies fields the command parsed itself (a comma list, ...)."""
+    names = {field.name for field in dataclasses.fields(config)}  # type: ignore[arg-type]
+    given = {name: value for name, value in arguments.items() if name in names and value is not None}
+    return config(**(given | converted))
+
+
+def parse_sizes(text: str | None, key: str) -> tuple[int, ...] | None:
+    """`8,24,48` -> (8, 24, 48); `key` names the setting in the error."""
+    if text is None:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        flag = "--" + key.replace("_", "-")
+        raise InputError(f"{flag} '{text}' is not a comma-separated list of integers",
+                         f"pass e.g. {flag} 8,24,48,96") from None
+
+
+# ---- outputs and overwriting ------------------------------------------------------------------
+
+# Every command that writes has `--output/-o`; what it names differs (a bundle, a results directory, a
+# replies file), so only the stages' bundle output is shared.
+BundleOutput = Annotated[Path, typer.Option("--output", "-o", help="Bundle directory to write.")]
+Force = Annotated[bool, typer.Option(
+    "--force", help="Replace the output if it exists (only what specdec wrote; runtime build: build again even "
+                    "when the archive is cached).")]
+
+# ---- where to run -----------------------------------------------------------------------------
+
+Device = Annotated[Transport, typer.Option("--device", help="Where to run: local (this machine) or adb (a phone).")]
+Profile = Annotated[str | None, typer.Option(
+    "--profile", help="Device profile, a name or a YAML path (default: local-cpu; android-generic with --device adb).")]
+Serial = Annotated[str | None, typer.Option(
+    "--serial", "-s", help="adb serial of the device, as `adb devices` lists it (default: ANDROID_SERIAL, else the "
+                           "only device attached).")]
+AdbHost = Annotated[str | None, typer.Option("--adb-host", "-H", help="Host of a remote adb server (device farm).")]
+AdbPort = Annotated[int | None, typer.Option("--adb-port", "-P", help="Port of the adb server (default 5037).")]
+Python = Annotated[str | None, typer.Option(
+    "--python", help="Python on the device, e.g. /data/local/tmp/python/bin/python3 (default: the profile's "
+                     "runtime.python).")]
+Runtime = Annotated[RuntimeKind | None, typer.Option(
+    "--runtime", help="What runs on the device: its own Python (device-python), the portable runtime pushed once "
+                      "(portable), or auto: the device's Python if it has numpy and onnxruntime, else portable "
+                      "(default: the profile's runtime.use).")]
+Threads = Annotated[int | None, typer.Option(
+    "--threads", help="onnxruntime intra-op threads; 0 = auto: 1 for small graphs, else all cores (default: the "
+                      "profile's runtime.threads).")]
+
+# ---- what to decode ---------------------------------------------------------------------------
+
+Prompts = Annotated[Path | None, typer.Option(
+    "--prompts", help="JSONL prompts, one {\"id\", \"text\" or \"input_ids\"} object per line (bench's default: the "
+                      "demo's held-out prompts).")]
+Calib = Annotated[Path | None, typer.Option(
+    "--calib", help="Calibration data. bench/tune: prompts to tune on (JSONL; default: held-out prompts the run "
+                    "does not measure); quantize: text, or JSONL with 'text' or 'input_ids' lines (default: built-in "
+                    "text).")]
+Scenario = Annotated[str | None, typer.Option(
+    "--scenario", help="Scenario template: code, chat, creative, knowledge (or a YAML path).")]
+MaxNewTokens = Annotated[int | None, typer.Option(
+    "--max-new-tokens", "-n", help="Tokens per reply at most (default 64; tune: 48 per calibration reply).")]
+Temperature = Annotated[float | None, typer.Option(
+    "--temperature", help="0 = greedy (bench compares the outputs for losslessness); > 0 samples (default 0).")]
+Mode = Annotated[VerifyMode | None, typer.Option(
+    "--mode", help="Verification: greedy (temperature 0), match or rrs (sampling; default match).")]
+Seed = Annotated[int | None, typer.Option(
+    "--seed", help="Random seed (default 0): decoding's Philox generator, reproducible across machines; quantize's "
+                   "sampling of calibration windows.")]
+
+# ---- the tree (default: the tuned plan's, else the scenario's, else the profile's) --------------
+
+TreeBudget = Annotated[int | None, typer.Option(
+    "--tree-budget", help="Tree nodes verified per round, root included (default: the plan's, else the profile's; "
+                          "clamped to a compiled bundle's largest bucket, with a note).")]
+Depth = Annotated[int | None, typer.Option(
+    "--depth", help="Draft levels per round (default: the plan's, scenario's or profile's).")]
+Width = Annotated[int | None, typer.Option(
+    "--width", help="Frontier nodes the draft expands per level (default: the plan's, scenario's or profile's).")]
+Drafter = Annotated[DrafterKind | None, typer.Option(
+    "--drafter", help="Who drafts: model, lookup (prompt lookup, no model call) or model+lookup (default: the plan's, "
+                      "scenario's or profile's, else model; lookup on bundles without a draft graph). tune plans for "
+                      "this drafter only.")]
+LookupMaxNgram = Annotated[int | None, typer.Option(
+    "--lookup-max-ngram", help="Longest context suffix prompt lookup matches (default 3).")]
+LookupMinNgram = Annotated[int | None, typer.Option(
+    "--lookup-min-ngram", help="Shortest context suffix prompt lookup matches (default 1).")]
+ExactLayout = Annotated[bool | None, typer.Option(
+    "--exact-layout/--tree-layout",
+    help="Exact layout: chains only and no single-row calls, so every token is computed bitwise as in plain "
+         "decoding (default: on for int8-compute bundles, else trees).")]
+Controllers = Annotated[str | None, typer.Option(
+    "--controllers", help=f"Adaptive controllers: all, none, or a comma list of {','.join(CONTROLLER_NAMES)} "
+                          "(default: bench fallback,thermal,power; generate none).")]

@@ -1,0 +1,85 @@
+"""Shared options are defined once (cli/options.py): no command re-declares their flags, and every command
+using one gives it the same default; parameters are named like the config fields they fill."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import typer
+
+from specdec.cli import options
+from specdec.cli.app import app
+from specdec.cli.console import command_options
+from specdec.pipeline.bench import BenchConfig
+from specdec.pipeline.compile import CompileConfig
+from specdec.pipeline.generate import GenerateConfig
+from specdec.pipeline.tune import TuneConfig
+
+
+def _commands(typer_app: typer.Typer, prefix: str = "") -> Iterator[tuple[str, Callable[..., Any]]]:
+    for info in typer_app.registered_commands:
+        assert info.callback is not None
+        yield f"{prefix}{info.name}", info.callback
+    for group in typer_app.registered_groups:
+        assert group.typer_instance is not None
+        yield from _commands(group.typer_instance, f"{prefix}{group.name} ")
+
+
+def _long_flag(info: typer.models.OptionInfo, parameter: str) -> str:
+    """The option's long flag as Typer reads it (declared, or made from the parameter's name)."""
+    declared = [d.split("/")[0] for d in info.param_decls or () if d.startswith("--")]
+    return declared[0] if declared else "--" + parameter.replace("_", "-")
+
+
+def _shared(value: object) -> typer.models.OptionInfo | None:
+    """The option of an `Annotated` alias of cli/options.py (flags as Typer reads them: the first is `default`)."""
+    if typing.get_origin(value) is not typing.Annotated:
+        return None
+    return next((m for m in value.__metadata__ if isinstance(m, typer.models.OptionInfo)), None)  # type: ignore[attr-defined]
+
+
+SHARED = {next(d for d in (info.default, *info.param_decls) if str(d).startswith("--")).split("/")[0]: info
+          for info in map(_shared, vars(options).values()) if info is not None}
+
+
+def _uses(command: Callable[..., Any]) -> dict[str, typer.models.OptionInfo]:
+    """Parameter -> the shared option object its annotation carries, if any."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    return {name: info for name, hint in hints.items() if (info := _shared(hint)) is not None}
+
+
+def test_shared_flags_are_declared_only_in_options_module() -> None:
+    """(`--output` names a different thing per command: only the stages' bundle output is shared.)"""
+    assert len(SHARED) > 20
+    redeclared = []
+    for name, command in _commands(app):
+        uses = _uses(command)
+        for parameter, info in command_options(command).items():
+            flag = _long_flag(info, parameter)
+            if flag in SHARED and flag != "--output" and uses.get(parameter) is not SHARED[flag]:
+                redeclared.append(f"{name} {flag} ({parameter})")
+    assert not redeclared, "use the option from cli/options.py"
+
+
+def test_a_shared_option_has_one_default_everywhere() -> None:
+    defaults: dict[str, set[str]] = {}
+    for _, command in _commands(app):
+        signature = inspect.signature(command)
+        for parameter, info in _uses(command).items():
+            flag = next(str(d) for d in (info.default, *info.param_decls) if str(d).startswith("--"))
+            defaults.setdefault(flag, set()).add(repr(signature.parameters[parameter].default))
+    assert defaults and {flag: d for flag, d in defaults.items() if len(d) > 1} == {}
+
+
+def test_parameters_are_named_like_config_fields() -> None:
+    """So `config_from` fills the config, and an error naming a setting names the flag (no mapping table)."""
+    commands = dict(_commands(app))
+    command_only = {"generate": {"prompt", "prompts", "output", "force", "stats"}}
+    for command, config in (("bench", BenchConfig), ("tune", TuneConfig), ("generate", GenerateConfig),
+                            ("compile", CompileConfig)):
+        fields = {field.name for field in dataclasses.fields(config)}
+        assert set(command_options(commands[command])) - fields == command_only.get(command, set()), command
