@@ -101,8 +101,6 @@ class Architecture:
         if _optional_float(config, "attn_logit_softcapping") is not None:
             # GroupQueryAttention caps scores after adding the mask, which turns masked keys visible
             reasons.append("attention logit soft-capping")
-        if getattr(config, "attention_bias", False) and self.qk_norm:
-            reasons.append("biased q/k projections before q/k norms")
         return reasons
 
 

@@ -16,144 +16,17 @@ are committed as they go (`commit` then has to keep them: a prompt is always kep
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from specdec.pipeline.errors import GenerationError, setting
+from specdec.pipeline.runtime.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
 from specdec.pipeline.runtime.fused_kv import LayerGroup
-from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, default_op_inputs, make_session
+from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, make_session
 from specdec.pipeline.runtime.manifest import GraphInfo
 from specdec.pipeline.runtime.masks import hide_beyond_window
 from specdec.pipeline.runtime.runner import build_mask, causal, no_scratch
-
-_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-                "tensor(double)": np.float64, "tensor(int32)": np.int32}
-
-
-BindBuffer = Callable[[str, Any, list[int], int], None]  # (name, numpy dtype, shape, data pointer)
-
-
-def _direct_calls(session: Any, binding: Any) -> tuple[BindBuffer, BindBuffer, Callable[[], None]]:
-    """(bind an input, bind an output — both over memory we own —, run the bound call) through
-    onnxruntime's pybind objects.
-
-    The public `IOBinding.bind_input` / `bind_output` resolve the device from its name and
-    `run_with_iobinding` checks WebGPU graph capture, on every call: 40-60 us a step, a seventh of
-    a plain step on the demo pair. Where another onnxruntime lacks these attributes, the public
-    calls are used."""
-    import onnxruntime as ort
-
-    try:
-        raw_binding, raw_session = binding._iobinding, session._sess
-        device = ort.OrtDevice.make("cpu", 0)._get_c_device()
-    except AttributeError:
-        return (lambda name, dtype, shape, pointer: binding.bind_input(name, "cpu", 0, dtype, shape, pointer),
-                lambda name, dtype, shape, pointer: binding.bind_output(name, "cpu", 0, dtype, shape, pointer),
-                functools.partial(session.run_with_iobinding, binding))
-    return (lambda name, dtype, shape, pointer: raw_binding.bind_input(name, device, dtype, shape, pointer),
-            lambda name, dtype, shape, pointer: raw_binding.bind_output(name, device, dtype, shape, pointer),
-            functools.partial(raw_session.run_with_iobinding, raw_binding, None))
-
-
-# Calls of up to this many rows (steps, trees, draft levels) get a slot of their own size; a slot
-# holds q x vocab logits, so the bound keeps the cache small.
-_OWN_SLOT_ROWS = 64
-
-
-class _CallSlot:
-    """Everything bound for calls of q rows: a decoding step reuses it and only writes values.
-
-    Binding an input copies nothing when it wraps memory we keep, but each bind call costs
-    microseconds in Python; on a small target a step's whole budget is a few hundred. So every
-    input and output whose shape follows q lives in a buffer bound once per size, a call writes
-    into it in place, and only the masks (their width grows with the context) are bound per call.
-    A slot holds buffers for `rows` rows and is bound for any q up to that (`fit`): a new IO binding
-    with every KV buffer bound costs ~0.3 ms, so prompts, each of its own length, share one slot.
-    """
-
-    def __init__(self, runner: FusedRunner, rows: int) -> None:
-        import onnxruntime as ort
-
-        self.rows = rows
-        self.binding = runner.session.io_binding()
-        for group in runner.groups:
-            for name, value in zip(group.names, group.values, strict=True):
-                self.binding.bind_ortvalue_input(f"past_key_values.{name}", value)
-                self.binding.bind_ortvalue_output(f"present.{name}", value)
-        self.bind_input, self.bind_output, self.run = _direct_calls(runner.session, self.binding)
-        self.seqlens = [np.zeros(1, np.int32) for _ in runner.groups]
-        self.totals = [np.zeros((), np.int32) for _ in runner.groups]
-        self._scalars = []  # kept: the OrtValues must outlive the binding
-        for group, seqlens, total in zip(runner.groups, self.seqlens, self.totals, strict=True):
-            for name, array in ((f"{group.prefix}seqlens_k", seqlens), (f"{group.prefix}total_sequence_length", total)):
-                value = ort.OrtValue.ortvalue_from_numpy(array)
-                self._scalars.append(value)
-                self.binding.bind_ortvalue_input(name, value)
-        self._biases = [group.bias for group in runner.groups]
-        self._op_inputs = [name for name in default_op_inputs(1) if name in runner.op_inputs]
-        self._outputs = runner.free_outputs
-        self._inputs_flat = {"input_ids": np.zeros(rows, np.int64), "position_ids": np.zeros(rows, np.int64),
-                             **{name: np.zeros(value.size, value.dtype) for name, value
-                                in default_op_inputs(rows).items() if name in self._op_inputs}}
-        self._outputs_flat = {name: np.zeros(int(np.prod(_shape(shape, rows))), dtype)
-                              for name, shape, dtype in runner.free_outputs}
-        self.q = 0
-        self.fit(rows)
-
-    def fit(self, q: int) -> None:
-        """Bind the first q rows' worth of every buffer (a view with the q-row shape) and put the
-        op inputs' defaults in; a no-op when the slot is bound for q already."""
-        if q == self.q:
-            return
-        assert q <= self.rows
-        self.q = q
-        defaults = {name: np.ascontiguousarray(value) for name, value in default_op_inputs(q).items()
-                    if name in self._op_inputs}
-        shapes = {"input_ids": (1, q), "position_ids": (1, q), **{name: v.shape for name, v in defaults.items()}}
-        views = {name: self._inputs_flat[name][: int(np.prod(shape))].reshape(shape) for name, shape in shapes.items()}
-        for name, view in views.items():
-            self.bind_input(name, view.dtype, list(view.shape), view.ctypes.data)
-        self.ids, self.positions = views.pop("input_ids"), views.pop("position_ids")
-        self.defaults, self.op_arrays = defaults, views
-        for name, view in views.items():
-            np.copyto(view, defaults[name])
-        self.dirty: set[str] = set()  # op inputs that hold a caller's values, not the defaults
-        self.outputs: dict[str, np.ndarray] = {}
-        for name, shape, dtype in self._outputs:
-            dims = _shape(shape, q)
-            view = self._outputs_flat[name][: int(np.prod(dims))].reshape(dims)
-            self.bind_output(name, dtype, dims, view.ctypes.data)
-            self.outputs[name] = view
-
-    def call(self, totals: list[int], masks: list[np.ndarray], extra_inputs: dict[str, np.ndarray] | None) -> None:
-        """Run the bound q rows over each group's `total` rows: its mask holds the [q, total]
-        attention bias (a longer row is bound by its prefix); op inputs not given get their
-        defaults back."""
-        for seqlens, total_array, bias, total, mask in zip(self.seqlens, self.totals, self._biases, totals, masks,
-                                                           strict=True):
-            seqlens[0] = total - 1
-            total_array[()] = total
-            self.bind_input(bias, mask.dtype, [1, 1, self.q, total], mask.ctypes.data)
-        if extra_inputs or self.dirty:
-            self.set_op_inputs(extra_inputs or {})
-        self.run()
-
-    def set_op_inputs(self, given: dict[str, np.ndarray]) -> None:
-        """Write the caller's op inputs for this call; the others get their defaults back.
-        Every op input's shape follows q (the graph's declared shapes), so values fit in place."""
-        for name in self.dirty - given.keys():
-            np.copyto(self.op_arrays[name], self.defaults[name])
-        self.dirty = {name for name in given if name in self.op_arrays}
-        for name in self.dirty:
-            np.copyto(self.op_arrays[name], given[name], casting="unsafe")
-
-
-def _shape(declared: list[Any], q: int) -> list[int]:
-    """A graph output's shape for a call of q rows: every symbolic dimension follows q."""
-    return [d if isinstance(d, int) else q for d in declared]
 
 
 def _is_causal(visible: np.ndarray) -> bool:
@@ -181,14 +54,15 @@ class FusedRunner:
                 raise GenerationError(f"the fused {info.role} graph has no input '{group.bias}' for its layers "
                                       f"{group.layers}", "re-run `specdec compile` with this specdec version")
             self.groups.append(group)
+        self._windowed = [group for group in self.groups if group.window is not None]
         # Every other output (logits, the custom ops' results) goes into numpy arrays preallocated
         # per call size: binding memory we own avoids wrapping every bound output per call, which
         # costs more than the small outputs themselves.
         kv_names = {f"present.{name}" for group in self.groups for name in group.names}
-        self.free_outputs = [(o.name, o.shape, _NUMPY_TYPES[o.type]) for o in self.session.get_outputs()
+        self.free_outputs = [(o.name, o.shape, NUMPY_TYPES[o.type]) for o in self.session.get_outputs()
                              if o.name not in kv_names]
-        self._slots: dict[int, _CallSlot] = {}
-        self._wide: _CallSlot | None = None  # calls of more rows (prompts), re-bound per size
+        self._slots: dict[int, CallSlot] = {}
+        self._wide: CallSlot | None = None  # calls of more rows (prompts), re-bound per size
         # A step sees every committed slot: its mask is a prefix of this zero row, bound in place.
         self._visible_row = np.zeros(capacity, self.dtype)
         self._window_row = np.zeros(capacity, self.dtype)  # a windowed step's mask, rewritten per step
@@ -244,7 +118,7 @@ class FusedRunner:
                                       "commit the prompt before drafting on it")
             scratch_visible = scratch_visible[:, self._provisional:]
         self._check_room(self._length + self._scratch + q)
-        if not self._fits(q, int(positions.min())):
+        if self._windowed and not self._fits(q, int(positions.min())):
             if not self._scratch and _is_causal(new_visible) and np.array_equal(
                     positions, self._length + np.arange(q)):
                 return self._chunked(ids, positions, extra_inputs, extra_outputs, with_logits)
@@ -256,7 +130,8 @@ class FusedRunner:
              with_logits: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         q = int(ids.size)
         past = self._length + self._scratch
-        self._make_room(q, int(positions.min()))
+        if self._windowed:
+            self._make_room(q, int(positions.min()))
         slot = self._slot(q, prompt=past == 0)
         slot.ids[0] = ids
         slot.positions[0] = positions
@@ -278,7 +153,8 @@ class FusedRunner:
         names = (["logits"] if with_logits else []) + list(extra_outputs)
         result = {name: arrays[name].copy() for name in names}
         self._scratch += q
-        self._scratch_positions = np.concatenate([self._scratch_positions, positions])
+        if self._windowed:  # what the windowed layers' masks need to know of the scratch rows
+            self._scratch_positions = np.concatenate([self._scratch_positions, positions])
         logits = result.pop("logits")[0] if with_logits else None
         self.last_bytes_out = (logits.nbytes if logits is not None else 0) + sum(v.nbytes for v in result.values())
         return logits, result
@@ -294,9 +170,10 @@ class FusedRunner:
         if self._scratch or self._provisional:
             raise RuntimeError("a root step needs an empty scratch: commit the last call first")
         self._check_room(total)
-        if not self._fits(rows, past):
-            self._grow(rows, past)
-        self._make_room(rows, past)
+        if self._windowed:
+            if not self._fits(rows, past):
+                self._grow(rows, past)
+            self._make_room(rows, past)
         slot = self._slot(rows)
         slot.ids[0, 0] = token
         slot.positions[0, 0] = past
@@ -340,19 +217,18 @@ class FusedRunner:
         return self._length - group.keep_from(self._length, first_query) + self._scratch + q
 
     def _fits(self, q: int, first_query: int) -> bool:
-        return all(group.window is None or self._needed_rows(group, q, first_query) <= group.capacity
-                   for group in self.groups)
+        return all(self._needed_rows(group, q, first_query) <= group.capacity for group in self._windowed)
 
     def _make_room(self, q: int, first_query: int) -> None:
         """Drop the windowed rows no query can see any more, when a call would not fit otherwise."""
-        for group in self.groups:
-            if group.window is not None and group.rows(self._length, self._scratch) + q > group.capacity:
+        for group in self._windowed:
+            if group.rows(self._length, self._scratch) + q > group.capacity:
                 group.drop_before(group.keep_from(self._length, first_query), self._length, self._scratch)
 
     def _grow(self, q: int, first_query: int) -> None:
         """A round larger than the windowed buffers were sized for: give them room (rare)."""
-        for group in self.groups:
-            needed = self._needed_rows(group, q, first_query) if group.window is not None else 0
+        for group in self._windowed:
+            needed = self._needed_rows(group, q, first_query)
             if needed > group.capacity:
                 group.drop_before(group.keep_from(self._length, first_query), self._length, self._scratch)
                 group.allocate(min(self.capacity, max(needed, group.capacity * 3 // 2)),
@@ -367,7 +243,7 @@ class FusedRunner:
         if any(np.ndim(value) for value in (extra_inputs or {}).values()):
             raise GenerationError(f"a tree of {ids.size} nodes exceeds the windowed layers' KV buffer",
                                   f"lower {setting('tree_budget')}")
-        group = next(g for g in self.groups if g.window is not None)
+        group = self._windowed[0]
         assert group.window is not None
         chunk = group.capacity - max(group.window - 1, 1)
         logits_parts: list[np.ndarray] = []
@@ -390,17 +266,17 @@ class FusedRunner:
         merged = {name: np.concatenate(parts) for name, parts in extra_parts.items()}
         return (np.concatenate(logits_parts) if with_logits else None), merged
 
-    def _slot(self, q: int, prompt: bool = False) -> _CallSlot:
+    def _slot(self, q: int, prompt: bool = False) -> CallSlot:
         """Steps, trees and draft levels come in few sizes: each gets a slot bound once. A prompt
         (the first call after a reset) has a length of its own: prompts share one slot, re-bound."""
         slot = self._slots.get(q)
         if slot is not None:
             return slot
-        if q <= _OWN_SLOT_ROWS and not prompt:
-            slot = self._slots[q] = _CallSlot(self, q)
+        if q <= OWN_SLOT_ROWS and not prompt:
+            slot = self._slots[q] = CallSlot(self, q)
             return slot
         if self._wide is None or self._wide.rows < q:
-            self._wide = _CallSlot(self, min(self.capacity, 1 << (q - 1).bit_length()))
+            self._wide = CallSlot(self, min(self.capacity, 1 << (q - 1).bit_length()))
         self._wide.fit(q)
         return self._wide
 
