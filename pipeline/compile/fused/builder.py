@@ -8,6 +8,8 @@ a tree mask as GQA's `attention_bias` and tree depths as its `position_ids`. We 
 ourselves instead of running that builder because it starts from the Hugging Face checkpoint and
 its own quantizer: it cannot carry a bundle's AWQ/GPTQ codes, its graphs take a 2-D padding mask,
 and it windows local layers with `local_window_size`, which counts rows, not tree positions.
+onnxscript's ort_fusions (0.7) rewrite attention into GroupQueryAttention only where the mask is
+the causal pattern built from a 2-D `attention_mask` input, so they do not match a tree mask.
 
 What the decoder is comes from the graph's `Decoder` record (records/decoder.py), resolved at
 export from the architecture registry, so nothing here branches on a model type:
