@@ -273,12 +273,15 @@ class FusedRunner:
         if slot is not None:
             return slot
         if q <= OWN_SLOT_ROWS and not prompt:
-            slot = self._slots[q] = CallSlot(self, q)
+            slot = self._slots[q] = self._new_slot(q)
             return slot
         if self._wide is None or self._wide.rows < q:
-            self._wide = CallSlot(self, min(self.capacity, 1 << (q - 1).bit_length()))
+            self._wide = self._new_slot(min(self.capacity, 1 << (q - 1).bit_length()))
         self._wide.fit(q)
         return self._wide
+
+    def _new_slot(self, rows: int) -> CallSlot:
+        return CallSlot(self.session, self.groups, self.op_inputs, self.free_outputs, rows)
 
     def commit(self, keep: np.ndarray | list[int]) -> None:
         index = np.asarray(keep, np.int64)

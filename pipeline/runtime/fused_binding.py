@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.runtime.fused_kv import LayerGroup
 from specdec.pipeline.runtime.graph import default_op_inputs
 
-if TYPE_CHECKING:
-    from specdec.pipeline.runtime.fused import FusedRunner
+Outputs = list[tuple[str, list[Any], Any]]  # (name, declared shape, numpy dtype) of the outputs bound per call
 
 NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
                "tensor(double)": np.float64, "tensor(int32)": np.int32}
@@ -63,32 +63,33 @@ class CallSlot:
     with every KV buffer bound costs ~0.3 ms, so prompts, each of its own length, share one slot.
     """
 
-    def __init__(self, runner: FusedRunner, rows: int) -> None:
+    def __init__(self, session: Any, groups: list[LayerGroup], op_inputs: list[str], outputs: Outputs,
+                 rows: int) -> None:
         import onnxruntime as ort
 
         self.rows = rows
-        self.binding = runner.session.io_binding()
-        for group in runner.groups:
+        self.binding = session.io_binding()
+        for group in groups:
             for name, value in zip(group.names, group.values, strict=True):
                 self.binding.bind_ortvalue_input(f"past_key_values.{name}", value)
                 self.binding.bind_ortvalue_output(f"present.{name}", value)
-        self.bind_input, self.bind_output, self.run = _direct_calls(runner.session, self.binding)
-        self.seqlens = [np.zeros(1, np.int32) for _ in runner.groups]
-        self.totals = [np.zeros((), np.int32) for _ in runner.groups]
+        self.bind_input, self.bind_output, self.run = _direct_calls(session, self.binding)
+        self.seqlens = [np.zeros(1, np.int32) for _ in groups]
+        self.totals = [np.zeros((), np.int32) for _ in groups]
         self._scalars = []  # kept: the OrtValues must outlive the binding
-        for group, seqlens, total in zip(runner.groups, self.seqlens, self.totals, strict=True):
+        for group, seqlens, total in zip(groups, self.seqlens, self.totals, strict=True):
             for name, array in ((f"{group.prefix}seqlens_k", seqlens), (f"{group.prefix}total_sequence_length", total)):
                 value = ort.OrtValue.ortvalue_from_numpy(array)
                 self._scalars.append(value)
                 self.binding.bind_ortvalue_input(name, value)
-        self._biases = [group.bias for group in runner.groups]
-        self._op_inputs = [name for name in default_op_inputs(1) if name in runner.op_inputs]
-        self._outputs = runner.free_outputs
+        self._biases = [group.bias for group in groups]
+        self._op_inputs = [name for name in default_op_inputs(1) if name in op_inputs]
+        self._outputs = outputs
         self._inputs_flat = {"input_ids": np.zeros(rows, np.int64), "position_ids": np.zeros(rows, np.int64),
                              **{name: np.zeros(value.size, value.dtype) for name, value
                                 in default_op_inputs(rows).items() if name in self._op_inputs}}
         self._outputs_flat = {name: np.zeros(int(np.prod(output_shape(shape, rows))), dtype)
-                              for name, shape, dtype in runner.free_outputs}
+                              for name, shape, dtype in outputs}
         self.q = 0
         self.fit(rows)
 
