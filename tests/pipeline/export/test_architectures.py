@@ -43,6 +43,7 @@ def test_phi3_longrope_partial_rotary_and_packed_projections() -> None:
     assert fused_blocker(decoder, 64) is None
     narrow, _ = _describe("phi3", hidden=64)  # 0.75 of 32 dims: 24, not a multiple of 16
     assert "multiple of 16" in (fused_blocker(narrow, 32) or "")
+    assert "re-export" in (fused_blocker(None, 64) or "")  # a bundle from before the record
 
 
 def test_smollm3_layers_without_rotary_and_qwen3_qk_norms() -> None:
