@@ -86,6 +86,7 @@ class Architecture:
         return Decoder(
             windows=windows, rope=rope, ropes=ropes, norm=self.norm,
             norm_eps=_optional_float(config, "rms_norm_eps") or _optional_float(config, "layer_norm_epsilon") or 1e-5,
+            # an activation the record cannot name blocks the fused flavour, the only reader of this field
             activation=activation or Activation.silu, norms=self.norms, qk_norm=self.qk_norm,
             packed_qkv=self.packed_qkv, packed_gate_up=self.packed_gate_up,
             embedding_scale=_embedding_scale(model),
@@ -99,7 +100,8 @@ class Architecture:
         if activation is None or activation is Activation.gelu:
             reasons.append(f"activation {getattr(config, 'hidden_act', None)!r}")
         if _optional_float(config, "attn_logit_softcapping") is not None:
-            # GroupQueryAttention caps scores after adding the mask, which turns masked keys visible
+            # GroupQueryAttention's `softcap` caps before the bias as Hugging Face does (checked on
+            # onnxruntime 1.32 CPU), but no registered checkpoint family ships with it: untested here
             reasons.append("attention logit soft-capping")
         return reasons
 
