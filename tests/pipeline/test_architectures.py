@@ -110,7 +110,7 @@ def test_end_to_end_greedy_equals_hugging_face(built, arch: str, tmp_path: Path)
     reference = dequantized_reference(bundles["quantize"])
     engines = {flavour: Engine(bundles[flavour].path) for flavour in ("cpu", "npu")}
     accepted = []
-    for prompt in _prompts(4, engines["cpu"].vocab):
+    for prompt in _prompts(3, engines["cpu"].vocab):
         want = _hf_greedy(reference, prompt, NEW_TOKENS)
         for flavour, engine in engines.items():
             plain = engine.generate(prompt, DecodeConfig(max_new_tokens=NEW_TOKENS, speculative=False))
@@ -187,4 +187,4 @@ def test_gemma3_with_a_64_token_window_generates_256_tokens_like_hugging_face(tm
     looked_up = engine.generate(prompt, DecodeConfig(max_new_tokens=256, drafter="lookup"))  # type: ignore[arg-type]
     assert plain.output_ids == looked_up.output_ids == want
     model.config.sliding_window = 4096  # the same weights attending to everything
-    assert _hf_greedy(model, prompt, 256) != want
+    assert _hf_greedy(model, prompt, 128) != want[:128]
