@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.export import ExportConfig, export_bundle
@@ -24,15 +21,6 @@ def cached(path: Path, build: Callable[[], Bundle]) -> Bundle:
 def demo_bundle() -> Bundle:
     out = CACHE / "demo-export"
     return cached(out, lambda: export_bundle(ExportConfig(target="demo", output=out)))
-
-
-def median_time(action: Callable[[], Any], repeats: int = 3) -> tuple[float, Any]:
-    times, result = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
 
 
 def prompts(count: int = 8) -> list[str]:

@@ -73,8 +73,8 @@ Runtime = Annotated[RuntimeKind | None, typer.Option(
                       "(portable), or auto: the device's Python if it has numpy and onnxruntime, else portable "
                       "(default: the profile's runtime.use).")]
 Threads = Annotated[int | None, typer.Option(
-    "--threads", help="onnxruntime intra-op threads; 0 = auto: 1 for small graphs, else all cores (default: the "
-                      "profile's runtime.threads).")]
+    "--threads", help="onnxruntime intra-op threads of the target; 0 = auto: all cores (one for generic and static "
+                      "graphs under 64 MiB; the draft always runs on one) (default: the profile's runtime.threads).")]
 
 # ---- what to decode ---------------------------------------------------------------------------
 

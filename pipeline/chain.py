@@ -26,7 +26,7 @@ import yaml
 
 from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
 from specdec.pipeline.bundle import Bundle, fingerprint, input_digests
-from specdec.pipeline.compile import CompileConfig, compile_bundle
+from specdec.pipeline.compile import CompileConfig, compile_bundle, compile_settings
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.export import checkpoint as ckpt
@@ -171,7 +171,8 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None,
     if config.enabled("compile"):
         compile_config, source = config.compile, bundle
         bundle = _stage("compile", compile_config.output,
-                        fingerprint("compile", compile_config.record(), input_digests(source)),
+                        fingerprint("compile", compile_settings(compile_config, source.manifest).record(),
+                                    input_digests(source)),
                         lambda: compile_bundle(compile_config, source, progress), report)
     outcome = run_bench(config.bench, bundle) if config.enabled("bench") else None
     return bundle, outcome

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.tiny_models import make_pair
@@ -41,28 +42,42 @@ def bundle_factory(tmp_path_factory: pytest.TempPathFactory, pair_factory):  # t
 
 
 @pytest.fixture(scope="session")
-def bench_bundle(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
-    """Exported -> surgered -> compiled (npu flavour: static buckets) tiny llama pair."""
-    from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+def surgered_bundle(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The tiny llama pair, exported and surgered: what the compiled fixtures are compiled from."""
     from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
-    root = tmp_path_factory.mktemp("bench-bundle")
-    surgered = surgery_bundle(SurgeryConfig(output=root / "surgered"), bundle_factory("llama"))
-    return compile_bundle(CompileConfig(output=root / "compiled", target=GraphFlavour.npu, buckets=(4, 8, 16),
-                                        draft_buckets=(1, 4), max_context=128, prefill_chunk=16, context_buckets=(64,),
-                                        format=OutputFormat.onnx), surgered)
+    return surgery_bundle(SurgeryConfig(output=tmp_path_factory.mktemp("surgered") / "b"), bundle_factory("llama"))
 
 
 @pytest.fixture(scope="session")
-def bench_bundle_cpu(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
-    """Exported -> surgered -> compiled (cpu flavour: fused graphs, KV in place): what `specdec pipeline` makes."""
+def compiled_factory(surgered_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """compiled_factory(flavour, format, **settings): the surgered pair compiled once per argument set."""
     from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
-    from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
-    root = tmp_path_factory.mktemp("bench-bundle-cpu")
-    surgered = surgery_bundle(SurgeryConfig(output=root / "surgered"), bundle_factory("llama"))
-    return compile_bundle(CompileConfig(output=root / "compiled", target=GraphFlavour.cpu, max_context=128,
-                                        format=OutputFormat.onnx), surgered)
+    cache: dict[tuple[object, ...], Any] = {}
+
+    def factory(flavour: str, output_format: str, **settings: Any) -> Any:
+        key = (flavour, output_format, *sorted(settings.items()))
+        if key not in cache:
+            out = tmp_path_factory.mktemp(f"compiled-{flavour}-{output_format}") / "b"
+            cache[key] = compile_bundle(CompileConfig(output=out, target=GraphFlavour(flavour),
+                                                      format=OutputFormat(output_format), **settings), surgered_bundle)
+        return cache[key]
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def bench_bundle(compiled_factory):  # type: ignore[no-untyped-def]
+    """Exported -> surgered -> compiled (npu flavour: static buckets) tiny llama pair."""
+    return compiled_factory("npu", "onnx", buckets=(4, 8, 16), draft_buckets=(1, 4), max_context=128,
+                            prefill_chunk=16, context_buckets=(64,))
+
+
+@pytest.fixture(scope="session")
+def bench_bundle_cpu(compiled_factory):  # type: ignore[no-untyped-def]
+    """Exported -> surgered -> compiled (cpu flavour: fused graphs, KV in place): what `specdec pipeline` makes."""
+    return compiled_factory("cpu", "onnx", max_context=128)
 
 
 @pytest.fixture

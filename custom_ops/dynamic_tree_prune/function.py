@@ -15,7 +15,6 @@ from specdec.custom_ops import DOMAIN, VERSION
 
 custom = Opset(DOMAIN, VERSION)
 
-_FLOAT = 1
 _INT64 = 7
 
 

@@ -31,6 +31,16 @@ class CompileSettings:
     # npu: the KV slots each context bucket spans, ascending, max_context last
     context_buckets: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()  # adjustments the user should hear about (a clamped default)
+    warnings: tuple[str, ...] = ()  # and ones they should heed (a flavour the model cannot have)
+
+    def record(self) -> dict[str, Any]:
+        """The lineage's compile config: what was built (the flavour, the clamped context), not what was asked."""
+        record: dict[str, Any] = {"profile": self.profile, "target": self.flavour.value, "buckets": list(self.buckets),
+                                  "draft_buckets": list(self.draft_buckets), "max_context": self.max_context,
+                                  "prefill_chunk": self.prefill_chunk, "format": self.format.value}
+        if self.context_buckets:
+            record["context_buckets"] = list(self.context_buckets)
+        return record
 
 
 @dataclass(frozen=True)
@@ -80,12 +90,3 @@ class CompileConfig:
         output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
         return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, output_format,
                                self.profile, contexts, notes)
-
-    def record(self) -> dict[str, Any]:
-        settings = self.resolve()
-        record = {"profile": self.profile, "target": settings.flavour.value, "buckets": list(settings.buckets),
-                  "draft_buckets": list(settings.draft_buckets), "max_context": settings.max_context,
-                  "prefill_chunk": settings.prefill_chunk, "format": settings.format.value}
-        if settings.context_buckets:
-            record["context_buckets"] = list(settings.context_buckets)
-        return record

@@ -29,34 +29,32 @@ from specdec.pipeline.records.manifest import GraphFlavour
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BUCKET_DIR", "compile_bundle"]
+__all__ = ["BUCKET_DIR", "compile_bundle", "compile_settings"]
 
 
 Flavour = Callable[[Bundle, Manifest, Path, CompileSettings, Progress], None]
 FLAVOURS: dict[GraphFlavour, Flavour] = {GraphFlavour.cpu: compile_fused, GraphFlavour.npu: compile_static}
 
 
-def _flavour(settings: CompileSettings, manifest: Manifest) -> GraphFlavour:
-    """The flavour to build: the cpu flavour rebuilds each graph from its architecture record
-    (manifest `decoder`), which says whether it can."""
+def _flavour(settings: CompileSettings, manifest: Manifest) -> tuple[GraphFlavour, str | None]:
+    """The flavour to build, and a warning when it is not the profile's: the cpu flavour rebuilds
+    each graph from its architecture record (manifest `decoder`), which says whether it can."""
     if settings.flavour is not GraphFlavour.cpu:
-        return settings.flavour
-    blockers = {f"{role} ({spec.architecture}): {reason}" for role, spec in manifest.graphs.items()
-                if (reason := fused_blocker(spec.decoder, spec.head_dim)) is not None}
+        return settings.flavour, None
+    blockers = sorted({f"{role} ({spec.architecture}): {reason}" for role, spec in manifest.graphs.items()
+                       if (reason := fused_blocker(spec.decoder, spec.head_dim)) is not None})
     if not blockers:
-        return GraphFlavour.cpu
+        return GraphFlavour.cpu, None
     if not settings.flavour_from_profile:
-        raise UnsupportedModelError(f"--target cpu cannot build the {'; '.join(sorted(blockers))}",
+        raise UnsupportedModelError(f"--target cpu cannot build the {'; '.join(blockers)}",
                                     "compile with --target npu (standard ops, any architecture)")
-    log.warning("the cpu flavour cannot build the %s; compiling the npu flavour instead", "; ".join(sorted(blockers)))
-    return GraphFlavour.npu
+    return GraphFlavour.npu, f"the cpu flavour cannot build the {'; '.join(blockers)}; compiling the npu flavour"
 
 
-def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
-    progress = progress or SilentProgress()
-    if source.manifest.buckets:
-        raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
-    manifest = source.manifest.copy()
+def compile_settings(config: CompileConfig, manifest: Manifest) -> CompileSettings:
+    """What `compile_bundle` builds from `manifest` with `config`: the profile's defaults filled in, the max
+    context clamped to the model's positions, the flavour the model can have. Its `record()` is the
+    lineage's config, so `specdec pipeline` can tell an unchanged compile before running it."""
     model_context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
     for role, spec in manifest.graphs.items():  # only an explicit max context can be too large
         if config.max_context is not None and config.max_context > spec.max_position_embeddings:
@@ -64,14 +62,27 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
                              f"{spec.max_position_embeddings} positions",
                              f"use {setting('max_context')} {spec.max_position_embeddings} or less")
     settings = config.resolve(model_context)
-    flavour = _flavour(settings, manifest)
-    if flavour is not settings.flavour:  # the fallback: check the npu flavour's settings too
-        settings = dataclasses.replace(config, target=flavour).resolve(model_context)
+    flavour, warning = _flavour(settings, manifest)
+    if warning is None:
+        return settings
+    # the fallback: check the npu flavour's settings too
+    fallback = dataclasses.replace(config, target=flavour).resolve(model_context)
+    return dataclasses.replace(fallback, warnings=(warning,))
+
+
+def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
+    progress = progress or SilentProgress()
+    if source.manifest.buckets:
+        raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
+    manifest = source.manifest.copy()
+    settings = compile_settings(config, manifest)
+    for warning in settings.warnings:
+        log.warning("%s", warning)
     for note in settings.notes:
         log.info("%s", note)  # the CLI prints the report's notes
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         writer.copy_from(source)
-        FLAVOURS[flavour](source, manifest, writer.dir, settings, progress)
+        FLAVOURS[settings.flavour](source, manifest, writer.dir, settings, progress)
         report = manifest.reports.setdefault("compile", {})
         report["notes"] = [*settings.notes, *report.get("notes", [])]
-        return writer.finish(manifest, stage="compile", config=config.record(), inputs=input_digests(source))
+        return writer.finish(manifest, stage="compile", config=settings.record(), inputs=input_digests(source))

@@ -117,7 +117,7 @@ def build_runtime(config: BuildConfig, progress: Progress | None = None) -> Runt
         log.info("runtime %s for %s is cached at %s", cached.id, abi.abi, cached.path)
         return cached
     writable_directory(root, key="cache_dir")  # before any download: a read-only cache is one line, exit 2
-    if missing := fetch.tools_available():
+    if missing := fetch.missing_tools():
         raise RuntimeBuildError(f"runtime build needs {' and '.join(missing)}, which this machine lacks",
                                       "build it on Debian or Ubuntu (apt-get install apt dpkg), then copy "
                                       f"{root} over")

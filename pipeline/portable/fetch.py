@@ -229,6 +229,6 @@ def install_wheels(wheels: list[Path], target: Path, abi: AbiSpec) -> None:
                                 "delete the wheels in the runtime cache and build again")
 
 
-def tools_available() -> list[str]:
-    """Host tools the build needs that are missing."""
+def missing_tools() -> list[str]:
+    """Host tools the build needs that this machine lacks (empty: the build can run)."""
     return [tool for tool in ("apt-get", "dpkg-deb") if shutil.which(tool) is None]

@@ -195,13 +195,19 @@ class BucketTable:
         """The most query tokens one call of `role` takes (a tree must fit it); 0: no limit."""
         return max(self.sizes(role), default=0)
 
+    def shared_weights(self, role: str) -> str | None:
+        """The shared weights file the runtime files of `role` read; None where they carry their weights.
+
+        ORT-format files hold their weights inline, so with `--format both` the runtime opens the .ort
+        variants and never the shared file the onnx variants reference."""
+        data = self.weights.get(role)
+        return data if data is not None and any(v.ort_file is None for v in self.graphs.get(role, [])) else None
+
     def files(self) -> list[str]:
         """Every file a runtime opens: the variants or fused graphs, and the weights they reference."""
         files = {v.runtime_file for variants in self.graphs.values() for v in variants}
         files |= {graph.runtime_file for graph in self.fused.values()}
-        # ORT-format files carry their weights inline; an onnx variant reads its role's shared file
-        files |= {data for role, data in self.weights.items()
-                  if any(v.ort_file is None for v in self.graphs.get(role, []))}
+        files |= {data for role in self.graphs if (data := self.shared_weights(role)) is not None}
         return sorted(files)
 
 

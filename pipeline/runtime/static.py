@@ -67,7 +67,7 @@ class StaticRunner:
         self.capacity = buckets.max_context
         self.prefill_chunk = buckets.prefill_chunk
         self._files = {(v.q, buckets.context_of(v)): bundle.path / v.runtime_file for v in table}
-        weights = buckets.weights.get(info.role)
+        weights = buckets.shared_weights(info.role)
         # a variant file holds only the graph when its weights are shared: size threads by both
         self._weight_bytes = _file_size(bundle.path / weights) if weights else 0
         self.sizes = buckets.sizes(info.role)

@@ -16,6 +16,7 @@ from typing import Any
 
 import onnx
 
+from specdec.custom_ops import DOMAIN
 from specdec.pipeline.compile.static.graph import dynamic_dims
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,6 @@ def readiness(path: Path) -> dict[str, Any]:
         "bytes": path.stat().st_size,
         "dynamic_dims": dynamic_dims(model),
         "op_types": dict(sorted(ops.items())),
-        "custom_ops": sorted({n.op_type for n in model.graph.node if n.domain == "com.endpoint.ai"}),
+        "custom_ops": sorted({n.op_type for n in model.graph.node if n.domain == DOMAIN}),
         "providers": providers,
     }

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle, compile_settings
 from specdec.pipeline.errors import GenerationError, UnsupportedModelError
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
@@ -128,6 +128,11 @@ def test_unsupported_architecture(bundle_factory, tmp_path: Path) -> None:  # ty
                                             buckets=(4, 8), draft_buckets=(1, 4), prefill_chunk=16),
                               bundle_factory("gpt2"))
     assert fallback.manifest.buckets is not None and fallback.manifest.buckets.flavour is GraphFlavour.npu
+    # the lineage records what was built (the profile asked for cpu), so a pipeline re-run can reuse it
+    assert fallback.manifest.lineage[-1].config["target"] == "npu"
+    settings = compile_settings(CompileConfig(output=tmp_path / "z"), bundle_factory("gpt2").manifest)
+    assert settings.flavour is GraphFlavour.npu and settings.warnings
+    assert settings.max_context <= bundle_factory("gpt2").manifest.graphs["target"].max_position_embeddings
 
 
 def test_reused_call_slots_give_the_same_results_as_fresh_bindings(fused) -> None:  # type: ignore[no-untyped-def]

@@ -19,7 +19,7 @@ DEAD = "http://127.0.0.1:9"  # the discard port: nothing listens, connections ar
 
 
 def _needs_apt() -> None:
-    if fetch.tools_available():
+    if fetch.missing_tools():
         pytest.skip("apt-get / dpkg-deb not installed")
 
 

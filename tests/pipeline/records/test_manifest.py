@@ -1,0 +1,37 @@
+"""records.manifest: what a compiled bundle's runtime opens, and the one reader's field checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.pipeline.records.codec import RecordError, parse
+from specdec.pipeline.records.manifest import BucketTable, BucketVariant, GraphSpec, OutputFormat
+
+
+def _table(output_format: OutputFormat) -> BucketTable:
+    def variant(q: int) -> BucketVariant:
+        ort = f"buckets/target_q{q}_c64.ort" if output_format is not OutputFormat.onnx else None
+        return BucketVariant(q, f"buckets/target_q{q}_c64.onnx", ort, [], [], context=64)
+
+    return BucketTable(max_context=64, prefill_chunk=16, format=output_format, profile="local-cpu",
+                       graphs={"target": [variant(1), variant(4)]}, weights={"target": "buckets/target.weights"})
+
+
+@pytest.mark.parametrize("output_format", list(OutputFormat))
+def test_runtime_files_are_the_ones_it_opens(output_format: OutputFormat) -> None:
+    """`--format both` keeps the onnx variants and their shared weights in the bundle, but the runtime opens
+    the .ort files, which carry their weights: the shared file is neither opened nor pushed."""
+    table = _table(output_format)
+    onnx_only = output_format is OutputFormat.onnx
+    assert table.shared_weights("target") == ("buckets/target.weights" if onnx_only else None)
+    assert ("buckets/target.weights" in table.files()) == onnx_only
+    assert all(f.endswith(".onnx" if onnx_only else ".ort") for f in table.files() if "_q" in f)
+
+
+def test_literal_fields_take_only_their_values() -> None:
+    spec = {"file": "t.onnx", "architecture": "llama", "source": "x", "dtype": "float32", "num_layers": 1,
+            "num_kv_heads": 1, "head_dim": 4, "vocab_size": 8, "max_position_embeddings": 32, "inputs": [],
+            "outputs": []}
+    assert parse(GraphSpec, spec).dtype == "float32"
+    with pytest.raises(RecordError, match=r"'g.dtype': 'bfloat16' is not one of: float32, float16"):
+        parse(GraphSpec, {**spec, "dtype": "bfloat16"}, "g")
