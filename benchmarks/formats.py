@@ -146,8 +146,9 @@ def graph_row(fmt: Format, target_dir: Path, threads: int, workdir: Path) -> dic
 
     info = read_bundle(target_dir)
     spec = info.graphs["target"]
+    assert spec.decoder is not None, "a bundle exported with this specdec version records its decoder"
     weights = read_decoder(onnx.load(str(spec.file)), num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-                           dtype=spec.dtype)
+                           dtype=spec.dtype, decoder=spec.decoder)
 
     def convert(layer: Linear) -> Linear:
         if fmt.kind != "nbits" or layer.weight is None:

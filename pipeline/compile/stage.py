@@ -20,7 +20,8 @@ from pathlib import Path
 
 from specdec.pipeline.bundle import Bundle, BundleWriter, Manifest, input_digests
 from specdec.pipeline.compile.config import CompileConfig, CompileSettings
-from specdec.pipeline.compile.fused.flavour import FUSED_ARCHITECTURES, compile_fused
+from specdec.pipeline.compile.fused.builder import fused_blocker
+from specdec.pipeline.compile.fused.flavour import compile_fused
 from specdec.pipeline.compile.static.flavour import BUCKET_DIR, compile_static
 from specdec.pipeline.errors import BundleError, InputError, UnsupportedModelError, setting
 from specdec.pipeline.progress import Progress, SilentProgress
@@ -36,18 +37,18 @@ FLAVOURS: dict[GraphFlavour, Flavour] = {GraphFlavour.cpu: compile_fused, GraphF
 
 
 def _flavour(settings: CompileSettings, manifest: Manifest) -> tuple[GraphFlavour, str | None]:
-    """The flavour to build, and a warning when it is not the profile's: the cpu flavour needs a
-    Llama-family decoder (it rebuilds the graph)."""
+    """The flavour to build, and a warning when it is not the profile's: the cpu flavour rebuilds
+    each graph from its architecture record (manifest `decoder`), which says whether it can."""
     if settings.flavour is not GraphFlavour.cpu:
         return settings.flavour, None
-    unsupported = sorted({spec.architecture for spec in manifest.graphs.values()} - FUSED_ARCHITECTURES)
-    if not unsupported:
+    blockers = sorted({f"{role} ({spec.architecture}): {reason}" for role, spec in manifest.graphs.items()
+                       if (reason := fused_blocker(spec.decoder, spec.head_dim)) is not None})
+    if not blockers:
         return GraphFlavour.cpu, None
     if not settings.flavour_from_profile:
-        raise UnsupportedModelError(
-            f"--target cpu builds Llama-family graphs ({', '.join(sorted(FUSED_ARCHITECTURES))}), not "
-            f"{', '.join(unsupported)}", "compile with --target npu (standard ops, any architecture)")
-    return GraphFlavour.npu, f"the cpu flavour does not cover {', '.join(unsupported)}; compiling the npu flavour"
+        raise UnsupportedModelError(f"--target cpu cannot build the {'; '.join(blockers)}",
+                                    "compile with --target npu (standard ops, any architecture)")
+    return GraphFlavour.npu, f"the cpu flavour cannot build the {'; '.join(blockers)}; compiling the npu flavour"
 
 
 def compile_settings(config: CompileConfig, manifest: Manifest) -> CompileSettings:

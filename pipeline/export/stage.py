@@ -119,19 +119,22 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
             source = light[role]
             with progress.task(f"loading {role} {Path(source.source).name}"):
                 model = ckpt.load_model(source.source, role, source.config, config.dtype.value)
-            geometry = source.architecture.geometry(source.config)
+            architecture = source.architecture
+            geometry = architecture.geometry(source.config)
+            decoder = architecture.describe(source.config, model)
             path = writer.dir / f"{role}.onnx"
-            with progress.task(f"exporting {role} ({source.architecture.model_type})"):
-                export_onnx(model, geometry, path, opset=config.opset, dtype=config.dtype.value)
+            with progress.task(f"exporting {role} ({architecture.model_type})"):
+                export_onnx(model, geometry, path, opset=config.opset, dtype=config.dtype.value, decoder=decoder,
+                            per_layer_masks=architecture.per_layer_masks)
             if config.validate:
                 with progress.task(f"validating {role} against PyTorch"):
-                    checks = validate_graph(model, path, geometry, source.architecture, config.dtype.value,
-                                            token_range=pair.tokenizer_size, seed=config.seed)
+                    checks = validate_graph(model, path, geometry, architecture, config.dtype.value,
+                                            token_range=pair.tokenizer_size, seed=config.seed, decoder=decoder)
                     validation[role] = enforce(checks, path.name)
             inputs, outputs = describe_io(path)
             graphs[role] = GraphSpec(
                 file=path.name,
-                architecture=source.architecture.model_type,
+                architecture=architecture.model_type,
                 source=source.source,
                 dtype=config.dtype.value,
                 num_layers=geometry.num_layers,
@@ -142,6 +145,7 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
                 inputs=inputs,
                 outputs=outputs,
                 parameters=int(sum(p.numel() for p in model.parameters())),
+                decoder=decoder,
             )
             del model
         target = light["target"]

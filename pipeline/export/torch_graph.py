@@ -1,9 +1,17 @@
 """Trace a Hugging Face causal LM into the graph contract of docs/design.md §2 with torch.onnx (dynamo).
 
-The wrapper takes `(input_ids, position_ids, attention_mask, *flat_past)` and returns
-`(logits, *flat_present)`. The mask is additive float (0 / finfo.min) of shape
-[1, 1, q, past + q]: a boolean mask is silently wrong with eager attention, and a 4-D mask is
-what lets one graph serve prefill (causal), decode (q = 1) and token trees alike.
+The wrapper takes `(input_ids, position_ids, *masks, *flat_past)` and returns
+`(logits, *flat_present)`. A mask is additive float (0 / finfo.min) of shape [1, 1, q, past + q]:
+a boolean mask is silently wrong with eager attention, and a 4-D mask is what lets one graph
+serve prefill (causal), decode (q = 1) and token trees alike. `attention_mask` is the mask of the
+full-attention layers, `sliding_attention_mask` that of the windowed layers (the same tree mask
+with every key at or beyond the window hidden); a graph takes the ones its layers use
+(`mask_names`). Models that index masks by layer type get them as transformers' own
+{layer type: mask} mapping; the others have one kind of layer and get the one mask.
+
+The cache the wrapper builds holds every past row on every layer (a `DynamicCache` without the
+model's config: with it, windowed layers would drop rows beyond the window), so `present` is
+always `past + new` and how many rows a windowed layer keeps is the runtime's choice.
 """
 
 from __future__ import annotations
@@ -13,12 +21,15 @@ import inspect
 import io
 import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.errors import ExportError
 from specdec.pipeline.export.architectures import KVGeometry
 from specdec.pipeline.graph_io import EXTERNAL_DATA_BYTES
+from specdec.pipeline.records.decoder import Decoder
+from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK, mask_names
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +38,8 @@ _EXAMPLE_Q = 3
 _EXAMPLE_PAST = 4
 
 
-def input_names(num_layers: int) -> list[str]:
-    names = ["input_ids", "position_ids", "attention_mask"]
+def input_names(num_layers: int, masks: tuple[str, ...] = (FULL_MASK,)) -> list[str]:
+    names = ["input_ids", "position_ids", *masks]
     for layer in range(num_layers):
         names += [f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"]
     return names
@@ -41,27 +52,36 @@ def output_names(num_layers: int) -> list[str]:
     return names
 
 
-def make_wrapper(model: Any, num_layers: int) -> Any:
+# transformers' layer-type keys for the masks of full-attention and windowed layers
+_LAYER_TYPES = {FULL_MASK: "full_attention", SLIDING_MASK: "sliding_attention"}
+
+
+def make_wrapper(model: Any, num_layers: int, decoder: Decoder | None = None, per_layer_masks: bool = False) -> Any:
     import torch
     from transformers import DynamicCache
 
     params = inspect.signature(model.forward).parameters
     # transformers 5.2x renamed `past_key_values` to `cache`; accept both spellings.
     cache_kwarg = "cache" if "cache" in params else "past_key_values"
+    masks = mask_names(decoder)
 
     class GraphContractWrapper(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.model = model
 
-        def forward(self, input_ids: Any, position_ids: Any, attention_mask: Any, *flat_past: Any) -> Any:
-            cache = DynamicCache(config=self.model.config)
+        def forward(self, input_ids: Any, position_ids: Any, *args: Any) -> Any:
+            given, flat_past = args[: len(masks)], args[len(masks):]
+            cache = DynamicCache()
             for layer in range(num_layers):
                 cache.update(flat_past[2 * layer], flat_past[2 * layer + 1], layer)
+            mask: Any = given[0]  # one kind of layer: the one mask
+            if per_layer_masks:
+                mask = {_LAYER_TYPES[name]: value for name, value in zip(masks, given, strict=True)}
             out = self.model(
                 input_ids=input_ids,
                 position_ids=position_ids,
-                attention_mask=attention_mask,
+                attention_mask=mask,
                 use_cache=True,
                 **{cache_kwarg: cache},
             )
@@ -74,28 +94,53 @@ def make_wrapper(model: Any, num_layers: int) -> Any:
     return GraphContractWrapper().eval()
 
 
-def example_inputs(geometry: KVGeometry, dtype: Any) -> tuple[Any, ...]:
+@contextlib.contextmanager
+def _static_rope(model: Any) -> Iterator[None]:
+    """Trace rope types that recompute their frequencies per call (longrope, dynamic) with their
+    short-context tables: within the context export records (architectures.usable_context) the
+    recomputation never changes them, and a data-dependent branch does not trace."""
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    kinds = getattr(rotary, "rope_type", None)
+    if rotary is None or kinds is None:
+        yield
+        return
+    static = ({name: _static_kind(kind) for name, kind in kinds.items()} if isinstance(kinds, dict)
+              else _static_kind(kinds))
+    rotary.rope_type = static
+    try:
+        yield
+    finally:
+        rotary.rope_type = kinds
+
+
+def _static_kind(kind: str) -> str:
+    return "default" if kind == "longrope" or "dynamic" in kind else kind
+
+
+def example_inputs(geometry: KVGeometry, dtype: Any, masks: int = 1) -> tuple[Any, ...]:
     import torch
 
     q, past = _EXAMPLE_Q, _EXAMPLE_PAST
     ids = torch.zeros((1, q), dtype=torch.int64)
     positions = torch.arange(past, past + q, dtype=torch.int64).unsqueeze(0)
-    mask = torch.zeros((1, 1, q, past + q), dtype=dtype)
+    mask = [torch.zeros((1, 1, q, past + q), dtype=dtype) for _ in range(masks)]
     kv_shape = (1, geometry.num_kv_heads, past, geometry.head_dim)
     flat = [torch.zeros(kv_shape, dtype=dtype) for _ in range(2 * geometry.num_layers)]
-    return (ids, positions, mask, *flat)
+    return (ids, positions, *mask, *flat)
 
 
-def _dynamic_shapes(num_layers: int) -> tuple[Any, ...]:
+def _dynamic_shapes(num_layers: int, masks: int = 1) -> tuple[Any, ...]:
     from torch.export import Dim
 
     seq = Dim("sequence_length", min=1, max=65536)
     past = Dim("past_sequence_length", min=0, max=1 << 20)
     total = Dim("total_sequence_length", min=1, max=1 << 20)
-    return ({1: seq}, {1: seq}, {2: seq, 3: total}, tuple({2: past} for _ in range(2 * num_layers)))
+    mask_shapes = tuple({2: seq, 3: total} for _ in range(masks))
+    return ({1: seq}, {1: seq}, (*mask_shapes, *({2: past} for _ in range(2 * num_layers))))
 
 
-def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dtype: str) -> None:
+def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dtype: str,
+                decoder: Decoder | None = None, per_layer_masks: bool = False) -> None:
     """Export `model` to `path` (plus `path.data` when the weights exceed 1 GiB)."""
     import torch
 
@@ -103,13 +148,14 @@ def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dty
     # on every export, which says nothing about the model being exported.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
     torch_dtype = getattr(torch, dtype)
-    wrapper = make_wrapper(model, geometry.num_layers)
-    args = example_inputs(geometry, torch_dtype)
+    wrapper = make_wrapper(model, geometry.num_layers, decoder, per_layer_masks)
+    masks = mask_names(decoder)
+    args = example_inputs(geometry, torch_dtype, len(masks))
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     captured = io.StringIO()
     try:
         # torch.onnx prints its own progress to stdout; keep it in the debug log instead.
-        with contextlib.redirect_stdout(captured), torch.no_grad(), warnings.catch_warnings():
+        with contextlib.redirect_stdout(captured), torch.no_grad(), warnings.catch_warnings(), _static_rope(model):
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 wrapper,
@@ -117,9 +163,9 @@ def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dty
                 str(path),
                 dynamo=True,
                 opset_version=opset,
-                input_names=input_names(geometry.num_layers),
+                input_names=input_names(geometry.num_layers, masks),
                 output_names=output_names(geometry.num_layers),
-                dynamic_shapes=_dynamic_shapes(geometry.num_layers),
+                dynamic_shapes=_dynamic_shapes(geometry.num_layers, len(masks)),
                 external_data=weight_bytes > EXTERNAL_DATA_BYTES,
                 verbose=False,
             )

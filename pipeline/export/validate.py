@@ -16,12 +16,16 @@ import numpy as np
 
 from specdec.pipeline.errors import ValidationError
 from specdec.pipeline.export.architectures import Architecture, KVGeometry
-from specdec.pipeline.export.torch_graph import input_names
+from specdec.pipeline.records.decoder import Decoder
+from specdec.pipeline.runtime.masks import mask_feeds, mask_names
 from specdec.pipeline.runtime.runner import tree_mask
 
 log = logging.getLogger(__name__)
 
 _PROMPT_LEN = 8
+# A windowed model is checked with a prompt longer than its window, so the window's mask is
+# exercised, as long as that costs little; wider windows get a note in the log instead.
+_MAX_WINDOW_CHECKED = 1024
 # A branching tree: the root has two children, one of them two, and one path is three deep.
 TREE_PARENTS = (-1, 0, 0, 1, 1, 2, 4)
 
@@ -72,7 +76,7 @@ class _Reference:
 
 
 class _Graph:
-    def __init__(self, path: Path, geometry: KVGeometry, dtype: np.dtype[Any]) -> None:
+    def __init__(self, path: Path, geometry: KVGeometry, dtype: np.dtype[Any], decoder: Decoder | None) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -80,7 +84,10 @@ class _Graph:
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.geometry = geometry
         self.dtype = dtype
-        self.names = input_names(geometry.num_layers)
+        self.masks = mask_names(decoder)
+        self.window = decoder.window if decoder is not None else None
+        self.past_names = [f"past_key_values.{i}.{kind}" for i in range(geometry.num_layers)
+                           for kind in ("key", "value")]
 
     def empty_past(self) -> list[np.ndarray]:
         g = self.geometry
@@ -89,9 +96,19 @@ class _Graph:
     def run(
         self, ids: list[int], positions: list[int], mask: np.ndarray, past: list[np.ndarray]
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        feeds = [np.array([ids], np.int64), np.array([positions], np.int64), mask, *past]
-        outputs = self.session.run(None, dict(zip(self.names, feeds, strict=True)))
+        keys = np.concatenate([np.arange(past[0].shape[2]), positions])  # the past is a valid prefix
+        neg = float(np.finfo(self.dtype).min)
+        feeds = {"input_ids": np.array([ids], np.int64), "position_ids": np.array([positions], np.int64),
+                 **mask_feeds(self.masks, mask, np.array(positions), keys, self.window, neg),
+                 **dict(zip(self.past_names, past, strict=True))}
+        outputs = self.session.run(None, feeds)
         return outputs[0][0].astype(np.float32), [o for o in outputs[1:]]
+
+
+def _tails(got: list[np.ndarray], want: list[np.ndarray]) -> np.ndarray:
+    """Each layer's last rows, as many as the reference kept: Hugging Face's own cache keeps only
+    the window of a windowed layer, the graph's `present` every row."""
+    return np.concatenate([g[:, :, g.shape[2] - w.shape[2]:].ravel() for g, w in zip(got, want, strict=True)])
 
 
 def validate_graph(
@@ -102,6 +119,7 @@ def validate_graph(
     dtype: str,
     token_range: int,
     seed: int = 0,
+    decoder: Decoder | None = None,
 ) -> list[Check]:
     """Run prefill, a branching tree on a past, and one decode step through ORT and PyTorch."""
     np_dtype = np.dtype(dtype)
@@ -109,9 +127,15 @@ def validate_graph(
     atol = architecture.atol_fp16 if fp16 else architecture.atol
     rtol = architecture.rtol_fp16 if fp16 else architecture.rtol
     rng = np.random.default_rng(seed)
-    prompt = [int(t) for t in rng.integers(0, token_range, _PROMPT_LEN)]
+    window = decoder.window if decoder is not None else None
+    length = _PROMPT_LEN
+    if window is not None and window <= _MAX_WINDOW_CHECKED:
+        length = max(length, window + 4)
+    elif window is not None:
+        log.info("%s: window %d not exercised by the check (prompt of %d tokens)", onnx_path.name, window, length)
+    prompt = [int(t) for t in rng.integers(0, token_range, length)]
     reference = _Reference(model)
-    graph = _Graph(onnx_path, geometry, np_dtype)
+    graph = _Graph(onnx_path, geometry, np_dtype, decoder)
     checks: list[Check] = []
 
     def compare(case: str, output: str, got: np.ndarray, want: np.ndarray) -> None:
@@ -122,14 +146,13 @@ def validate_graph(
 
     # (a) prefill with a causal mask
     ref_logits, ref_kv = reference.run(prompt)
-    causal = tree_mask(tuple(range(-1, _PROMPT_LEN - 1)), 0, np_dtype)
-    logits, present = graph.run(prompt, list(range(_PROMPT_LEN)), causal, graph.empty_past())
+    causal = tree_mask(tuple(range(-1, length - 1)), 0, np_dtype)
+    logits, present = graph.run(prompt, list(range(length)), causal, graph.empty_past())
     compare("prefill", "logits", logits, ref_logits)
-    compare("prefill", "present", np.concatenate([p.ravel() for p in present]),
-            np.concatenate([r.ravel() for r in ref_kv]))
+    compare("prefill", "present", _tails(present, ref_kv), np.concatenate([r.ravel() for r in ref_kv]))
 
     # (b) a branching tree on top of the prefill's cache
-    past = _PROMPT_LEN
+    past = length
     tokens = [int(t) for t in rng.integers(0, token_range, len(TREE_PARENTS))]
     depths = tree_depths(TREE_PARENTS)
     logits, tree_present = graph.run(
@@ -150,8 +173,7 @@ def validate_graph(
     step_logits, step_present = graph.run([token], [past], np.zeros((1, 1, 1, past + 1), np_dtype), present)
     ref_step_logits, ref_step_kv = reference.run([*prompt, token])
     compare("decode", "logits", step_logits, ref_step_logits[-1:])
-    compare("decode", "present", np.concatenate([p.ravel() for p in step_present]),
-            np.concatenate([r.ravel() for r in ref_step_kv]))
+    compare("decode", "present", _tails(step_present, ref_step_kv), np.concatenate([r.ravel() for r in ref_step_kv]))
     return checks
 
 

@@ -165,7 +165,8 @@ def graph_info(role: str, spec: GraphSpec, file: Path) -> GraphInfo:
     return GraphInfo(role=role, file=file, num_layers=spec.num_layers, num_kv_heads=spec.num_kv_heads,
                      head_dim=spec.head_dim, vocab_size=spec.vocab_size,
                      max_position_embeddings=spec.max_position_embeddings, dtype=spec.dtype,
-                     input_names=tuple(t.name for t in spec.inputs), output_names=tuple(t.name for t in spec.outputs))
+                     input_names=tuple(t.name for t in spec.inputs), output_names=tuple(t.name for t in spec.outputs),
+                     decoder=spec.decoder)
 
 
 def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (),

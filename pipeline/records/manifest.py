@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, parse
+from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.plan import TunePlan
 
 MANIFEST_NAME = "manifest.json"
@@ -26,8 +27,10 @@ MANIFEST_NAME = "manifest.json"
 # with a BundleError that names the fix. 2: compiled graph flavours (`buckets.flavour`,
 # `buckets.fused`) and the tuned `plan`. 3: context-length buckets of the npu flavour
 # (`buckets.graphs.*.context`) and its shared weights files (`buckets.weights`). Schema-1 and
-# schema-2 bundles load unchanged (their variants all span `max_context`).
-MANIFEST_SCHEMA = 3
+# schema-2 bundles load unchanged (their variants all span `max_context`). 4: each graph's
+# `decoder` record (records/decoder.py: attention windows, rotary tables, norms); older bundles
+# load as full-attention decoders, and compile --target cpu asks to re-export them.
+MANIFEST_SCHEMA = 4
 
 
 @dataclass
@@ -226,6 +229,8 @@ class GraphSpec:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     parameters: int = 0
+    # How the decoder computes (records/decoder.py); None in bundles exported before schema 4.
+    decoder: Decoder | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
 @dataclass(kw_only=True)

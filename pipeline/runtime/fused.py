@@ -1,151 +1,40 @@
 """Runner for the fused CPU flavour: GroupQueryAttention graphs over one in-place KV buffer per layer.
 
-Every layer's key and value live in a preallocated [1, kv_heads, capacity, head_dim] buffer that
-is bound, through onnxruntime IO binding, as both the graph's past input and its present output.
-GroupQueryAttention attends only over the first `total` slots and writes a call's q new rows at
+Every layer's key and value live in a preallocated [1, kv_heads, rows, head_dim] buffer that is
+bound, through onnxruntime IO binding, as both the graph's past input and its present output.
+GroupQueryAttention attends only over the first `total` rows and writes a call's q new rows at
 `total - q … total - 1` itself, so a decoding step copies nothing that grows with the context: the
-buffers are bound once, and per call only the token ids, positions, the [q, total] mask and two
-length scalars are fed. Scratch rows (draft levels, the target's tree) sit after the committed
-ones; `commit` moves the accepted rows down, a copy of a few rows per layer.
+buffers are bound once, and per call only the token ids, positions, each layer group's [q, total]
+mask and two length scalars are fed. Scratch rows (draft levels, the target's tree) sit after the
+committed ones; `commit` moves the accepted rows down, a copy of a few rows per layer.
+
+Full-attention layers and windowed layers are two groups with their own inputs and buffers
+(runtime/fused_kv.py): the windowed layers hold about their window, not the context. A causal
+call longer than their buffer allows (a long prompt) is fed in chunks; the chunks before the last
+are committed as they go (`commit` then has to keep them: a prompt is always kept as a prefix).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from specdec.pipeline.errors import GenerationError
-from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, default_op_inputs, make_session
+from specdec.pipeline.errors import GenerationError, setting
+from specdec.pipeline.runtime.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
+from specdec.pipeline.runtime.fused_kv import LayerGroup
+from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, make_session
 from specdec.pipeline.runtime.manifest import GraphInfo
-from specdec.pipeline.runtime.runner import build_mask
-
-_NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
-                "tensor(double)": np.float64, "tensor(int32)": np.int32}
+from specdec.pipeline.runtime.masks import hide_beyond_window
+from specdec.pipeline.runtime.runner import build_mask, causal, no_scratch
 
 
-BindBuffer = Callable[[str, Any, list[int], int], None]  # (name, numpy dtype, shape, data pointer)
-
-
-def _direct_calls(session: Any, binding: Any) -> tuple[BindBuffer, BindBuffer, Callable[[], None]]:
-    """(bind an input, bind an output — both over memory we own —, run the bound call) through
-    onnxruntime's pybind objects.
-
-    The public `IOBinding.bind_input` / `bind_output` resolve the device from its name and
-    `run_with_iobinding` checks WebGPU graph capture, on every call: 40-60 us a step, a seventh of
-    a plain step on the demo pair. Where another onnxruntime lacks these attributes, the public
-    calls are used."""
-    import onnxruntime as ort
-
-    try:
-        raw_binding, raw_session = binding._iobinding, session._sess
-        device = ort.OrtDevice.make("cpu", 0)._get_c_device()
-    except AttributeError:
-        return (lambda name, dtype, shape, pointer: binding.bind_input(name, "cpu", 0, dtype, shape, pointer),
-                lambda name, dtype, shape, pointer: binding.bind_output(name, "cpu", 0, dtype, shape, pointer),
-                functools.partial(session.run_with_iobinding, binding))
-    return (lambda name, dtype, shape, pointer: raw_binding.bind_input(name, device, dtype, shape, pointer),
-            lambda name, dtype, shape, pointer: raw_binding.bind_output(name, device, dtype, shape, pointer),
-            functools.partial(raw_session.run_with_iobinding, raw_binding, None))
-
-
-# Calls of up to this many rows (steps, trees, draft levels) get a slot of their own size; a slot
-# holds q x vocab logits, so the bound keeps the cache small.
-_OWN_SLOT_ROWS = 64
-
-
-class _CallSlot:
-    """Everything bound for calls of q rows: a decoding step reuses it and only writes values.
-
-    Binding an input copies nothing when it wraps memory we keep, but each bind call costs
-    microseconds in Python; on a small target a step's whole budget is a few hundred. So every
-    input and output whose shape follows q lives in a buffer bound once per size, a call writes
-    into it in place, and only the mask (its width grows with the context) is bound per call.
-    A slot holds buffers for `rows` rows and is bound for any q up to that (`fit`): a new IO binding
-    with every KV buffer bound costs ~0.3 ms, so prompts, each of its own length, share one slot.
-    """
-
-    def __init__(self, runner: FusedRunner, rows: int) -> None:
-        import onnxruntime as ort
-
-        self.rows = rows
-        self.binding = runner.session.io_binding()
-        for name, value in runner.kv_values:
-            self.binding.bind_ortvalue_input(f"past_key_values.{name}", value)
-            self.binding.bind_ortvalue_output(f"present.{name}", value)
-        self.bind_input, self.bind_output, self.run = _direct_calls(runner.session, self.binding)
-        self.seqlens = np.zeros(1, np.int32)
-        self.total = np.zeros((), np.int32)
-        self._scalars = {"seqlens_k": ort.OrtValue.ortvalue_from_numpy(self.seqlens),
-                         "total_sequence_length": ort.OrtValue.ortvalue_from_numpy(self.total)}
-        for name, value in self._scalars.items():  # kept: the OrtValues must outlive the binding
-            self.binding.bind_ortvalue_input(name, value)
-        self._op_inputs = [name for name in default_op_inputs(1) if name in runner.op_inputs]
-        self._outputs = runner.free_outputs
-        self._inputs_flat = {"input_ids": np.zeros(rows, np.int64), "position_ids": np.zeros(rows, np.int64),
-                             **{name: np.zeros(value.size, value.dtype) for name, value
-                                in default_op_inputs(rows).items() if name in self._op_inputs}}
-        self._outputs_flat = {name: np.zeros(int(np.prod(_shape(shape, rows))), dtype)
-                              for name, shape, dtype in runner.free_outputs}
-        self.q = 0
-        self.fit(rows)
-
-    def fit(self, q: int) -> None:
-        """Bind the first q rows' worth of every buffer (a view with the q-row shape) and put the
-        op inputs' defaults in; a no-op when the slot is bound for q already."""
-        if q == self.q:
-            return
-        assert q <= self.rows
-        self.q = q
-        defaults = {name: np.ascontiguousarray(value) for name, value in default_op_inputs(q).items()
-                    if name in self._op_inputs}
-        shapes = {"input_ids": (1, q), "position_ids": (1, q), **{name: v.shape for name, v in defaults.items()}}
-        views = {name: self._inputs_flat[name][: int(np.prod(shape))].reshape(shape) for name, shape in shapes.items()}
-        for name, view in views.items():
-            self.bind_input(name, view.dtype, list(view.shape), view.ctypes.data)
-        self.ids, self.positions = views.pop("input_ids"), views.pop("position_ids")
-        self.defaults, self.op_arrays = defaults, views
-        for name, view in views.items():
-            np.copyto(view, defaults[name])
-        self.dirty: set[str] = set()  # op inputs that hold a caller's values, not the defaults
-        self.outputs: dict[str, np.ndarray] = {}
-        for name, shape, dtype in self._outputs:
-            dims = _shape(shape, q)
-            view = self._outputs_flat[name][: int(np.prod(dims))].reshape(dims)
-            self.bind_output(name, dtype, dims, view.ctypes.data)
-            self.outputs[name] = view
-
-    def call(self, total: int, mask: np.ndarray, extra_inputs: dict[str, np.ndarray] | None) -> None:
-        """Run the bound q rows over `total` KV slots: `mask` holds the [q, total] attention bias (a
-        longer row is bound by its prefix); op inputs not given get their defaults back."""
-        self.seqlens[0] = total - 1
-        self.total[()] = total
-        self.bind_input("attention_bias", mask.dtype, [1, 1, self.q, total], mask.ctypes.data)
-        if extra_inputs or self.dirty:
-            self.set_op_inputs(extra_inputs or {})
-        self.run()
-
-    def set_op_inputs(self, given: dict[str, np.ndarray]) -> None:
-        """Write the caller's op inputs for this call; the others get their defaults back.
-        Every op input's shape follows q (the graph's declared shapes), so values fit in place."""
-        for name in self.dirty - given.keys():
-            np.copyto(self.op_arrays[name], self.defaults[name])
-        self.dirty = {name for name in given if name in self.op_arrays}
-        for name in self.dirty:
-            np.copyto(self.op_arrays[name], given[name], casting="unsafe")
-
-
-def _shape(declared: list[Any], q: int) -> list[int]:
-    """A graph output's shape for a call of q rows: every symbolic dimension follows q."""
-    return [d if isinstance(d, int) else q for d in declared]
+def _is_causal(visible: np.ndarray) -> bool:
+    return bool(np.array_equal(visible, np.tri(visible.shape[0], dtype=bool)))
 
 
 class FusedRunner:
     def __init__(self, info: GraphInfo, path: Any, capacity: int, options: SessionOptions | None = None) -> None:
-        import onnxruntime as ort
-
         self.info = info
         self.session = make_session(path, options or SessionOptions(), threads_by_size=False)
         inputs = {i.name: i for i in self.session.get_inputs()}
@@ -156,32 +45,49 @@ class FusedRunner:
         self.dtype = np.dtype(info.dtype)
         self.mask_min = float(np.finfo(self.dtype).min)
         self.capacity = capacity
-        shape = (1, info.num_kv_heads, capacity, info.head_dim)
-        self.buffers = [np.zeros(shape, self.dtype) for _ in range(2 * info.num_layers)]
-        self.kv_values = [(f"{i // 2}.{'value' if i % 2 else 'key'}", ort.OrtValue.ortvalue_from_numpy(buffer))
-                          for i, buffer in enumerate(self.buffers)]
+        windows = info.decoder.windows if info.decoder is not None else [None] * info.num_layers
+        self.groups: list[LayerGroup] = []
+        for window in sorted({*windows}, key=lambda w: w or 0):
+            group = LayerGroup.make([i for i, w in enumerate(windows) if w == window], window, capacity,
+                                    info.num_kv_heads, info.head_dim, self.dtype)
+            if group.bias not in inputs:
+                raise GenerationError(f"the fused {info.role} graph has no input '{group.bias}' for its layers "
+                                      f"{group.layers}", "re-run `specdec compile` with this specdec version")
+            self.groups.append(group)
+        self._windowed = [group for group in self.groups if group.window is not None]
         # Every other output (logits, the custom ops' results) goes into numpy arrays preallocated
         # per call size: binding memory we own avoids wrapping every bound output per call, which
         # costs more than the small outputs themselves.
-        kv_names = {f"present.{name}" for name, _ in self.kv_values}
-        self.free_outputs = [(o.name, o.shape, _NUMPY_TYPES[o.type]) for o in self.session.get_outputs()
+        kv_names = {f"present.{name}" for group in self.groups for name in group.names}
+        self.free_outputs = [(o.name, o.shape, NUMPY_TYPES[o.type]) for o in self.session.get_outputs()
                              if o.name not in kv_names]
-        self._slots: dict[int, _CallSlot] = {}
-        self._wide: _CallSlot | None = None  # calls of more rows (prompts), re-bound per size
+        self._slots: dict[int, CallSlot] = {}
+        self._wide: CallSlot | None = None  # calls of more rows (prompts), re-bound per size
         # A step sees every committed slot: its mask is a prefix of this zero row, bound in place.
         self._visible_row = np.zeros(capacity, self.dtype)
+        self._window_row = np.zeros(capacity, self.dtype)  # a windowed step's mask, rewritten per step
         self._length = 0
         self._scratch = 0
+        self._scratch_positions = np.zeros(0, np.int64)  # the position each scratch slot was fed at
+        self._provisional = 0  # rows of the last call committed already (a chunked prompt)
         self.last_bytes_out = 0
+
+    @property
+    def buffers(self) -> list[np.ndarray]:
+        """Each layer's key and value buffer, in layer order (a windowed layer's rows start at its
+        group's `base`)."""
+        by_layer = {layer: group.buffers[2 * i: 2 * i + 2] for group in self.groups
+                    for i, layer in enumerate(group.layers)}
+        return [buffer for layer in sorted(by_layer) for buffer in by_layer[layer]]
 
     # -- Runner protocol ---------------------------------------------------------------------
     @property
     def length(self) -> int:
-        return self._length
+        return self._length - self._provisional
 
     @property
     def scratch(self) -> int:
-        return self._scratch
+        return self._scratch + self._provisional
 
     @property
     def max_context(self) -> int:
@@ -189,7 +95,10 @@ class FusedRunner:
 
     def reset(self) -> None:
         # Stale rows beyond `total` are never read (GQA attends over the valid length only).
-        self._length = self._scratch = 0
+        self._length = self._scratch = self._provisional = 0
+        self._scratch_positions = np.zeros(0, np.int64)
+        for group in self.groups:
+            group.reset()
 
     def forward(
         self,
@@ -202,21 +111,50 @@ class FusedRunner:
         with_logits: bool = True,
     ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         q = int(np.size(ids))
+        positions = np.asarray(positions, np.int64).reshape(-1)
+        if self._provisional:  # the chunks committed already are visible to every later row
+            if not scratch_visible[:, : self._provisional].all():
+                raise GenerationError("a call hides part of a prompt fed in chunks",
+                                      "commit the prompt before drafting on it")
+            scratch_visible = scratch_visible[:, self._provisional:]
+        self._check_room(self._length + self._scratch + q)
+        if self._windowed and not self._fits(q, int(positions.min())):
+            if not self._scratch and _is_causal(new_visible) and np.array_equal(
+                    positions, self._length + np.arange(q)):
+                return self._chunked(ids, positions, extra_inputs, extra_outputs, with_logits)
+            self._grow(q, int(positions.min()))
+        return self._run(ids, positions, scratch_visible, new_visible, extra_inputs, extra_outputs, with_logits)
+
+    def _run(self, ids: np.ndarray, positions: np.ndarray, scratch_visible: np.ndarray, new_visible: np.ndarray,
+             extra_inputs: dict[str, np.ndarray] | None, extra_outputs: tuple[str, ...],
+             with_logits: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        q = int(ids.size)
         past = self._length + self._scratch
-        total = past + q
-        self._check_room(total)
+        if self._windowed:
+            self._make_room(q, int(positions.min()))
         slot = self._slot(q, prompt=past == 0)
         slot.ids[0] = ids
         slot.positions[0] = positions
-        if q == 1 and past == self._length and bool(new_visible[0, 0]):
-            mask = self._visible_row  # nothing in scratch: the row sees every slot
-        else:
-            mask = build_mask(self.dtype, self.mask_min, self._length, past, scratch_visible, new_visible)
-        slot.call(total, mask, extra_inputs)
+        totals, masks = [], []
+        for group in self.groups:
+            committed = self._length - group.base
+            width = committed + self._scratch
+            if group.window is None and q == 1 and not self._scratch and bool(new_visible[0, 0]):
+                mask = self._visible_row  # nothing in scratch: the row sees every slot
+            else:
+                mask = build_mask(self.dtype, self.mask_min, committed, width, scratch_visible, new_visible)
+                if group.window is not None:
+                    keys = np.concatenate([np.arange(group.base, self._length), self._scratch_positions, positions])
+                    mask = hide_beyond_window(mask, positions, keys, group.window, self.mask_min)
+            totals.append(width + q)
+            masks.append(mask)
+        slot.call(totals, masks, extra_inputs)
         arrays = slot.outputs
         names = (["logits"] if with_logits else []) + list(extra_outputs)
         result = {name: arrays[name].copy() for name in names}
         self._scratch += q
+        if self._windowed:  # what the windowed layers' masks need to know of the scratch rows
+            self._scratch_positions = np.concatenate([self._scratch_positions, positions])
         logits = result.pop("logits")[0] if with_logits else None
         self.last_bytes_out = (logits.nbytes if logits is not None else 0) + sum(v.nbytes for v in result.values())
         return logits, result
@@ -229,21 +167,41 @@ class FusedRunner:
         step on a small target."""
         past = self._length
         total = past + rows
-        if self._scratch:
+        if self._scratch or self._provisional:
             raise RuntimeError("a root step needs an empty scratch: commit the last call first")
         self._check_room(total)
+        if self._windowed:
+            if not self._fits(rows, past):
+                self._grow(rows, past)
+            self._make_room(rows, past)
         slot = self._slot(rows)
         slot.ids[0, 0] = token
         slot.positions[0, 0] = past
-        if rows == 1:
-            mask = self._visible_row
-        else:  # zeros: every row sees the committed slots; each new row hides the other new rows
-            mask = np.zeros((rows, total), self.dtype)
-            mask[:, past:] = self.mask_min
-            mask[:, past:].flat[:: rows + 1] = 0
+        if rows > 1:
             slot.positions[0, 1:] = range(past + 1, total)
             slot.ids[0, 1:] = 0
-        slot.call(total, mask, None)
+        totals, masks = [], []
+        for group in self.groups:
+            committed = past - group.base
+            if group.window is None and rows == 1:
+                mask = self._visible_row
+            elif group.window is None:  # every row sees the committed slots; each new row hides the others
+                mask = np.zeros((rows, committed + rows), self.dtype)
+                mask[:, committed:] = self.mask_min
+                mask[:, committed:].flat[:: rows + 1] = 0
+            elif rows == 1:  # the window of the one row, written in place
+                mask = self._window_row
+                mask[: committed + 1] = 0
+                mask[: max(past + 1 - group.window - group.base, 0)] = self.mask_min
+            else:
+                mask = np.full((rows, committed + rows), self.mask_min, self.dtype)
+                for row in range(rows):
+                    first = max(past + row + 1 - group.window - group.base, 0)
+                    mask[row, first:committed] = 0
+                    mask[row, committed + row] = 0
+            totals.append(committed + rows)
+            masks.append(mask)
+        slot.call(totals, masks, None)
         self._length = past + 1
         next_token = slot.outputs["next_token"]
         self.last_bytes_out = next_token.nbytes
@@ -254,28 +212,91 @@ class FusedRunner:
             raise GenerationError(f"the {self.info.role} KV buffer of {self.capacity} slots is full",
                                   "compile with a larger --max-context or generate fewer tokens")
 
-    def _slot(self, q: int, prompt: bool = False) -> _CallSlot:
+    # -- the windowed layers' rows ------------------------------------------------------------
+    def _needed_rows(self, group: LayerGroup, q: int, first_query: int) -> int:
+        return self._length - group.keep_from(self._length, first_query) + self._scratch + q
+
+    def _fits(self, q: int, first_query: int) -> bool:
+        return all(self._needed_rows(group, q, first_query) <= group.capacity for group in self._windowed)
+
+    def _make_room(self, q: int, first_query: int) -> None:
+        """Drop the windowed rows no query can see any more, when a call would not fit otherwise."""
+        for group in self._windowed:
+            if group.rows(self._length, self._scratch) + q > group.capacity:
+                group.drop_before(group.keep_from(self._length, first_query), self._length, self._scratch)
+
+    def _grow(self, q: int, first_query: int) -> None:
+        """A round larger than the windowed buffers were sized for: give them room (rare)."""
+        for group in self._windowed:
+            needed = self._needed_rows(group, q, first_query)
+            if needed > group.capacity:
+                group.drop_before(group.keep_from(self._length, first_query), self._length, self._scratch)
+                group.allocate(min(self.capacity, max(needed, group.capacity * 3 // 2)),
+                               keep_rows=group.rows(self._length, self._scratch))
+                self._slots.clear()  # every binding holds the old buffers
+                self._wide = None
+
+    def _chunked(self, ids: np.ndarray, positions: np.ndarray, extra_inputs: dict[str, np.ndarray] | None,
+                 extra_outputs: tuple[str, ...], with_logits: bool) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+        """A causal call longer than the windowed buffers hold (a prompt): fed in chunks, each one
+        but the last committed as it goes. Only per-call scalars can be split like this."""
+        if any(np.ndim(value) for value in (extra_inputs or {}).values()):
+            raise GenerationError(f"a tree of {ids.size} nodes exceeds the windowed layers' KV buffer",
+                                  f"lower {setting('tree_budget')}")
+        group = self._windowed[0]
+        assert group.window is not None
+        chunk = group.capacity - max(group.window - 1, 1)
+        logits_parts: list[np.ndarray] = []
+        extra_parts: dict[str, list[np.ndarray]] = {name: [] for name in extra_outputs}
+        for start in range(0, ids.size, chunk):
+            end = min(start + chunk, ids.size)
+            rows = end - start
+            logits, extras = self._run(ids[start:end], positions[start:end], no_scratch(rows), causal(rows),
+                                       extra_inputs, extra_outputs, with_logits)
+            if logits is not None:
+                logits_parts.append(logits)
+            for name, value in extras.items():
+                if np.ndim(value) == 0 or value.shape[0] != rows:
+                    raise GenerationError(f"'{name}' of a prompt fed in chunks has no row per token",
+                                          "report this with SPECDEC_DEBUG=1 output")
+                extra_parts[name].append(value)
+            if end < ids.size:
+                self._commit_rows(np.arange(rows))
+                self._provisional += rows
+        merged = {name: np.concatenate(parts) for name, parts in extra_parts.items()}
+        return (np.concatenate(logits_parts) if with_logits else None), merged
+
+    def _slot(self, q: int, prompt: bool = False) -> CallSlot:
         """Steps, trees and draft levels come in few sizes: each gets a slot bound once. A prompt
         (the first call after a reset) has a length of its own: prompts share one slot, re-bound."""
         slot = self._slots.get(q)
         if slot is not None:
             return slot
-        if q <= _OWN_SLOT_ROWS and not prompt:
-            slot = self._slots[q] = _CallSlot(self, q)
+        if q <= OWN_SLOT_ROWS and not prompt:
+            slot = self._slots[q] = self._new_slot(q)
             return slot
         if self._wide is None or self._wide.rows < q:
-            self._wide = _CallSlot(self, min(self.capacity, 1 << (q - 1).bit_length()))
+            self._wide = self._new_slot(min(self.capacity, 1 << (q - 1).bit_length()))
         self._wide.fit(q)
         return self._wide
 
+    def _new_slot(self, rows: int) -> CallSlot:
+        return CallSlot(self.session, self.groups, self.op_inputs, self.free_outputs, rows)
+
     def commit(self, keep: np.ndarray | list[int]) -> None:
-        base = self._length
         index = np.asarray(keep, np.int64)
-        # the cheap test first: a step keeps [0] (or [0, 1]), and a prefix always ends at size - 1
-        if index.size and (int(index[-1]) != index.size - 1 or (
-                index.size > 2 and not np.array_equal(index, np.arange(index.size)))):
-            rows = base + index
-            for buffer in self.buffers:
-                buffer[:, :, base : base + index.size] = buffer[:, :, rows]
-        self._length = base + int(index.size)
+        if self._provisional:
+            done = self._provisional
+            if index.size < done or not np.array_equal(index[:done], np.arange(done)):
+                raise GenerationError("a prompt fed in chunks must be kept as a prefix",
+                                      "commit the prompt's rows in order")
+            index = index[done:] - done
+            self._provisional = 0
+        self._commit_rows(index)
+
+    def _commit_rows(self, index: np.ndarray) -> None:
+        for group in self.groups:
+            group.commit(self._length, index)
+        self._length += int(index.size)
         self._scratch = 0
+        self._scratch_positions = np.zeros(0, np.int64)

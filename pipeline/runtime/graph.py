@@ -12,6 +12,7 @@ import numpy as np
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.runtime.manifest import GraphInfo
+from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK, mask_feeds
 
 # Below this size the generic and static graphs' kernels are too short for intra-op threads to pay
 # for their synchronisation (the demo pair on a 2-core host, plain decoding: static npu flavour
@@ -91,7 +92,10 @@ OP_INPUT_NAMES = frozenset(default_op_inputs(0))
 
 
 class Graph:
-    """Runs `(ids, positions, mask, past) -> (logits, present, extras)` on onnxruntime."""
+    """Runs `(ids, positions, mask, past) -> (logits, present, extras)` on onnxruntime.
+
+    `mask` is the tree/causal mask; a graph with windowed layers also gets their mask, built from
+    it with the positions of the past rows (`past_positions`, 0 … past - 1 unless given)."""
 
     def __init__(self, info: GraphInfo, options: SessionOptions | None = None) -> None:
         self.info = info
@@ -103,6 +107,7 @@ class Graph:
         self._past_names = [n for n in inputs if n.startswith("past_key_values.")]
         self._present_names = [n for n in outputs if n.startswith("present.")]
         self._op_inputs = [n for n in inputs if n in OP_INPUT_NAMES]
+        self._masks = tuple(n for n in inputs if n in (FULL_MASK, SLIDING_MASK))
         self.outputs = set(outputs)
         self.has_prune = "cand_ids" in self.outputs  # DynamicTreePrune is in the graph
         self.has_verify = "next_token" in self.outputs  # BlockSparseVerify is in the graph
@@ -117,13 +122,20 @@ class Graph:
         extra_inputs: dict[str, np.ndarray] | None = None,
         extra_outputs: tuple[str, ...] = (),
         with_logits: bool = True,
+        past_positions: np.ndarray | None = None,
     ) -> tuple[np.ndarray | None, list[np.ndarray], dict[str, np.ndarray]]:
         q = int(np.size(ids))
+        positions = np.ascontiguousarray(positions, np.int64).reshape(1, -1)
         feeds: dict[str, np.ndarray] = {
             "input_ids": np.ascontiguousarray(ids, np.int64).reshape(1, -1),
-            "position_ids": np.ascontiguousarray(positions, np.int64).reshape(1, -1),
-            "attention_mask": mask,
+            "position_ids": positions,
         }
+        if self._masks == (FULL_MASK,):
+            feeds[FULL_MASK] = mask
+        else:
+            past_len = mask.shape[-1] - q
+            keys = np.concatenate([np.arange(past_len) if past_positions is None else past_positions, positions[0]])
+            feeds.update(mask_feeds(self._masks, mask, positions[0], keys, self.info.window, self.mask_min))
         feeds.update(zip(self._past_names, past, strict=True))
         if self._op_inputs:
             defaults = default_op_inputs(q)

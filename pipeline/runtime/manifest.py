@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.manifest import BucketTable, CustomOps, Manifest, Quantization, read_manifest
 from specdec.pipeline.records.plan import TunePlan
 
@@ -27,6 +28,12 @@ class GraphInfo:
     dtype: str
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    decoder: Decoder | None = None  # None: a bundle from before schema 4 (full attention)
+
+    @property
+    def window(self) -> int | None:
+        """The attention window of the graph's windowed layers, None if it has none."""
+        return self.decoder.window if self.decoder is not None else None
 
 
 @dataclass(frozen=True)
@@ -62,7 +69,7 @@ def bundle_info(root: Path, manifest: Manifest) -> BundleInfo:
                                  head_dim=spec.head_dim, vocab_size=spec.vocab_size,
                                  max_position_embeddings=spec.max_position_embeddings, dtype=spec.dtype,
                                  input_names=tuple(t.name for t in spec.inputs),
-                                 output_names=tuple(t.name for t in spec.outputs))
+                                 output_names=tuple(t.name for t in spec.outputs), decoder=spec.decoder)
     if "target" not in graphs:
         raise BundleError(f"bundle '{root}' has no target graph", "re-create the bundle with `specdec export`")
     return BundleInfo(path=root, graphs=graphs, eos_token_ids=tuple(manifest.tokenizer.eos_token_ids),

@@ -102,6 +102,7 @@ class DynamicRunner:
         self.has_prune = self.graph.has_prune
         self.has_verify = self.graph.has_verify
         self.kv = KVCache(info)
+        self._scratch_positions = np.zeros(0, np.int64)
         self.last_bytes_out = 0
 
     @property
@@ -118,6 +119,7 @@ class DynamicRunner:
 
     def reset(self) -> None:
         self.kv = KVCache(self.info)
+        self._scratch_positions = np.zeros(0, np.int64)
 
     def forward(
         self,
@@ -131,11 +133,15 @@ class DynamicRunner:
     ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         width = self.kv.length + self.kv.scratch
         mask = build_mask(self.dtype, self.graph.mask_min, self.kv.length, width, scratch_visible, new_visible)
+        # committed slot i holds position i; scratch slots hold the positions they were fed at
+        past = np.concatenate([np.arange(self.kv.length), self._scratch_positions])
         logits, present, extras = self.graph.forward(ids, positions, mask, self.kv.layers, extra_inputs,
-                                                     extra_outputs, with_logits)
+                                                     extra_outputs, with_logits, past_positions=past)
         self.kv.absorb(present)
+        self._scratch_positions = np.concatenate([self._scratch_positions, np.asarray(positions).reshape(-1)])
         self.last_bytes_out = self.graph.last_bytes_out
         return logits, extras
 
     def commit(self, keep: np.ndarray | list[int]) -> None:
         self.kv.commit(keep)
+        self._scratch_positions = np.zeros(0, np.int64)

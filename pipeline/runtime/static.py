@@ -26,6 +26,7 @@ import numpy as np
 from specdec.pipeline.errors import BundleError, GenerationError, setting
 from specdec.pipeline.runtime.graph import SessionOptions, default_op_inputs, make_session
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo
+from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK
 
 log = logging.getLogger(__name__)
 
@@ -43,10 +44,11 @@ class _Bucket:
     context: int
     session: Any
     binding: Any
-    feeds: dict[str, np.ndarray]  # input_ids, position_ids, attention_mask and the custom ops' inputs
+    feeds: dict[str, np.ndarray]  # input_ids, position_ids, the masks and the custom ops' inputs
     defaults: dict[str, np.ndarray]  # the custom ops' inputs a call leaves out
     arrays: dict[str, np.ndarray]  # every output; onnxruntime writes into them
     new_kv: list[np.ndarray]  # the new_key_values outputs in buffer order
+    mask: np.ndarray  # the tree mask [size, context + size]: the attention_mask input's array when it has one
     values: list[Any] = field(default_factory=list)  # OrtValues over feeds and arrays, kept alive with the binding
 
 
@@ -94,6 +96,7 @@ class StaticRunner:
         self.has_verify = "next_token" in probe.arrays
         self._length = 0
         self._scratch = 0
+        self._scratch_positions = np.zeros(0, np.int64)  # the position each scratch slot was fed at
         self.last_bytes_out = 0
         self.padding_waste = 0  # padded query rows computed and thrown away, summed over calls
         self.rows_computed = 0
@@ -120,6 +123,7 @@ class StaticRunner:
         for block in self._blocks:
             block.fill(0)  # stale slots are masked, but zeros keep masked products finite
         self._length = self._scratch = 0
+        self._scratch_positions = np.zeros(0, np.int64)
         self.context = self.contexts[0]
 
     def forward(
@@ -160,6 +164,7 @@ class StaticRunner:
                     buffer[:, :, base + index] = buffer[:, :, base + slot]
         self._length = base + len(keep)
         self._scratch = 0
+        self._scratch_positions = np.zeros(0, np.int64)
 
     # -- internals ------------------------------------------------------------------------------
     def _move_to(self, context: int) -> None:
@@ -196,8 +201,9 @@ class StaticRunner:
             arrays[output.name] = np.zeros(output.shape, _NUMPY_TYPES[output.type])
         names = {i.name for i in session.get_inputs()}
         defaults = {name: value for name, value in default_op_inputs(q).items() if name in names}
-        feeds = {"input_ids": np.zeros((1, q), np.int64), "position_ids": np.zeros((1, q), np.int64),
-                 "attention_mask": np.zeros((1, 1, q, context + q), self.dtype),
+        masks = {name: np.zeros((1, 1, q, context + q), self.dtype) for name in (FULL_MASK, SLIDING_MASK)
+                 if name in names}
+        feeds = {"input_ids": np.zeros((1, q), np.int64), "position_ids": np.zeros((1, q), np.int64), **masks,
                  **{name: value.copy() for name, value in defaults.items()}}
         binding = session.io_binding()
         values = []
@@ -213,7 +219,8 @@ class StaticRunner:
             binding.bind_ortvalue_output(name, value)
             values.append(value)
         new_kv = [arrays[name] for name in _kv_names("new_key_values", self.info.num_layers)]
-        return _Bucket(q, context, session, binding, feeds, defaults, arrays, new_kv, values)
+        mask = masks[FULL_MASK] if FULL_MASK in masks else np.zeros((1, 1, q, context + q), self.dtype)
+        return _Bucket(q, context, session, binding, feeds, defaults, arrays, new_kv, mask, values)
 
     def _run(self, bucket: _Bucket, ids: np.ndarray, positions: np.ndarray, scratch_visible: np.ndarray,
              new_visible: np.ndarray, extra_inputs: dict[str, np.ndarray], extra_outputs: tuple[str, ...],
@@ -226,7 +233,9 @@ class StaticRunner:
         positions = np.asarray(positions).reshape(-1)
         feeds["position_ids"][0, :q] = positions
         feeds["position_ids"][0, q:] = positions[-1]
-        self._fill_mask(feeds["attention_mask"][0, 0], q, bucket.context, scratch_visible, new_visible)
+        self._fill_mask(bucket.mask[0, 0], q, bucket.context, scratch_visible, new_visible)
+        if SLIDING_MASK in feeds:
+            self._fill_sliding(feeds[SLIDING_MASK][0, 0], bucket, positions)
         for name, default in bucket.defaults.items():
             _fill_rows(feeds[name], extra_inputs.get(name, default), name)
         bucket.session.run_with_iobinding(bucket.binding)
@@ -238,6 +247,7 @@ class StaticRunner:
         for buffer, new in zip(self.buffers, bucket.new_kv, strict=True):
             buffer[:, :, start : start + q] = new[:, :, :q]
         self._scratch += q
+        self._scratch_positions = np.concatenate([self._scratch_positions, positions])
         self.padding_waste += pad
         self.rows_computed += size
         logits = bucket.arrays["logits"][0, :q].copy() if with_logits else None
@@ -261,6 +271,22 @@ class StaticRunner:
         mask[:q, context : context + q][new_visible] = 0
         padded = np.arange(q, size)
         mask[padded, context + padded] = 0
+
+    def _fill_sliding(self, sliding: np.ndarray, bucket: _Bucket, positions: np.ndarray) -> None:
+        """The windowed layers' mask: the tree mask with every key at or beyond the window hidden.
+        Key columns: the committed slots (position = slot), the scratch slots (the positions they were
+        fed at), unused slots (masked anyway), then the call's rows (padded rows at the last position)."""
+        size, context = bucket.q, bucket.context
+        keys = np.zeros(context + size, np.int64)
+        keys[: self._length] = np.arange(self._length)
+        keys[self._length : self._length + self._scratch] = self._scratch_positions
+        queries = np.full(size, positions[-1], np.int64)
+        queries[: positions.size] = positions
+        keys[context:] = queries
+        np.copyto(sliding, bucket.mask[0, 0])
+        window = self.info.window
+        assert window is not None, "a graph with a sliding_attention_mask input has a recorded window"
+        sliding[(queries[:, None] - keys[None, :]) >= window] = self.mask_min
 
     def _chunked(self, ids: np.ndarray, positions: np.ndarray, scratch_visible: np.ndarray, new_visible: np.ndarray,
                  extra_inputs: dict[str, np.ndarray] | None, extra_outputs: tuple[str, ...],

@@ -27,6 +27,7 @@ from specdec.pipeline.passes import PASSES, prune_pass
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.records.manifest import CustomOpGraph, CustomOps
+from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK
 from specdec.pipeline.runtime.runner import tree_mask
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ def validate_surgery(before: Path, after: Path, role: str, max_k: int, seed: int
             feeds[value.name] = rng.integers(0, 100, (1, n)).astype(np.int64)
         elif value.name == "position_ids":
             feeds[value.name] = (3 + depths)[None].astype(np.int64)
-        elif value.name == "attention_mask":
+        elif value.name in (FULL_MASK, SLIDING_MASK):  # any mask serves: both graphs get the same one
             feeds[value.name] = tree_mask(parents, 3, np.dtype(dtype))
         else:
             shape = [1, value.shape[1], 3, value.shape[3]]

@@ -1,17 +1,36 @@
-"""Emit the fused CPU graph of a Llama-family decoder on onnxruntime's contrib ops (docs/design.md §8).
+"""Emit the fused CPU graph of a decoder on onnxruntime's contrib ops (docs/design.md §8).
 
 The op set is the one onnxruntime-genai's model builder emits for CPU — `GroupQueryAttention`
 (rotary inside, packed QKV, KV buffer shared between past and present, attention over the valid
 length only), `SimplifiedLayerNormalization` / `SkipSimplifiedLayerNormalization`, `MatMulNBits`
-for quantized weights — plus what speculation needs and the builder has no input for: a tree
-mask as GQA's `attention_bias` and tree depths as its `position_ids`. We emit the graph ourselves
-instead of running that builder because it starts from the Hugging Face checkpoint and its own
-quantizer: it cannot carry a bundle's AWQ/GPTQ codes, and its graphs take a 2-D padding mask.
+for quantized weights, `FastGelu` — plus what speculation needs and the builder has no input for:
+a tree mask as GQA's `attention_bias` and tree depths as its `position_ids`. We emit the graph
+ourselves instead of running that builder because it starts from the Hugging Face checkpoint and
+its own quantizer: it cannot carry a bundle's AWQ/GPTQ codes, its graphs take a 2-D padding mask,
+and it windows local layers with `local_window_size`, which counts rows, not tree positions.
+onnxscript's ort_fusions (0.7) rewrite attention into GroupQueryAttention only where the mask is
+the causal pattern built from a 2-D `attention_mask` input, so they do not match a tree mask.
+
+What the decoder is comes from the graph's `Decoder` record (records/decoder.py), resolved at
+export from the architecture registry, so nothing here branches on a model type:
+- norms: a layer's pre-attention and pre-MLP norms fuse with the residual adds (skip norms); the
+  norms some models put on a branch's output (Gemma 3) are plain norms before the add. Gemma's
+  (1 + w) is already folded into the scale the graph holds.
+- q/k norms (Qwen3, Gemma 3) are per-head RMS norms applied before rotary, so they sit between the
+  projection and GQA (Reshape → SimplifiedLayerNormalization → Reshape, what onnxruntime-genai
+  emits too): GQA's own `q_norm_weight` input is honoured by CUDA and WebGPU only.
+- rotary: one cos/sin table per kind of layer (Gemma 3's local and global bases, a longrope
+  model's short factors with their attention scaling), a narrower table for partial rotary (GQA
+  rotates the first 2 × width dims and passes the rest through; the width must be a multiple of
+  8), and `do_rotary=0` for layers without rotary (SmolLM3's NoPE layers).
+- windowed layers get their own inputs and KV buffers (runtime/fused_kv.py explains why):
 
 Contract (both roles):
-  inputs  input_ids, position_ids int64 [1, q]; attention_bias [1, 1, q, total] (additive, the
-          tree/causal mask over the `total` valid slots); seqlens_k int32 [1] (= total - 1);
-          total_sequence_length int32 []; past_key_values.{i}.key|value [1, kv_heads, past, d]
+  inputs  input_ids, position_ids int64 [1, q]; per layer group, full attention then windowed
+          (prefix `sliding_`), only for the groups the decoder has: attention_bias [1, 1, q, total]
+          (additive, the tree/causal mask over that group's `total` valid rows); seqlens_k int32 [1]
+          (= total - 1); total_sequence_length int32 []; past_key_values.{i}.key|value
+          [1, kv_heads, past, d]
   outputs logits [1, q, vocab]; present.{i}.key|value [1, kv_heads, present, d]
 Bound to one buffer per layer (past and present the same memory) GQA writes the q new rows at
 `total - q … total - 1` in place and `present` is the buffer itself; fed an exact-length past
@@ -26,8 +45,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline.compile.fused.weights import DecoderWeights, Linear, QuantWeight
+from specdec.pipeline.compile.fused.weights import DecoderLayer, DecoderWeights, Linear, QuantWeight
+from specdec.pipeline.errors import UnsupportedModelError
 from specdec.pipeline.graph_query import MS_DOMAIN
+from specdec.pipeline.records.decoder import Activation, Decoder, NormStyle, Rope
 
 _ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
 
@@ -131,23 +152,134 @@ def _same_input_scale(parts: list[Linear]) -> bool:
     return first is not None and all(s is not None and np.array_equal(s, first) for s in scales)
 
 
-def _rotary_caches(weights: DecoderWeights, max_positions: int) -> tuple[np.ndarray, np.ndarray]:
-    # Same float32 arithmetic as the exported graph (position * inv_freq, then cos / sin).
-    angles = np.arange(max_positions, dtype=np.float32)[:, None] * weights.inv_freq[None, :]
-    return np.cos(angles).astype(weights.dtype), np.sin(angles).astype(weights.dtype)
+def fused_blocker(decoder: Decoder | None, head_dim: int) -> str | None:
+    """Why the fused flavour cannot build a decoder, or None when it can."""
+    if decoder is None:
+        return "the bundle predates the architecture record (manifest schema 4): re-export it"
+    if not decoder.fused:
+        return "its architecture has no fused layout"
+    if decoder.norm is NormStyle.layer:
+        return "LayerNorm decoders have no fused layout"
+    for name, rope in decoder.ropes.items():
+        half = rope.rotary_dim // 2
+        if half % 8 or rope.rotary_dim > head_dim:
+            return (f"its rotary table '{name}' turns {rope.rotary_dim} of {head_dim} dims; GroupQueryAttention "
+                    "needs a multiple of 16 up to the head size")
+    return None
+
+
+def _rotary_caches(rope: Rope, max_positions: int, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    # The exported graph's float32 arithmetic: position * inv_freq, cos / sin, times the scaling.
+    inv_freq = np.asarray(rope.inv_freq, np.float32)
+    angles = np.arange(max_positions, dtype=np.float32)[:, None] * inv_freq[None, :]
+    scaling = np.float32(rope.scaling)
+    return (np.cos(angles) * scaling).astype(dtype), (np.sin(angles) * scaling).astype(dtype)
 
 
 def _value(name: str, elem: int, shape: list[int | str]) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(name, elem, shape)
 
 
-def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18) -> onnx.ModelProto:
-    """The fused graph of `weights` under the contract in this module's docstring."""
-    emit = _Emitter(weights.dtype)
-    elem = _ONNX_TYPES[weights.dtype]
-    kv, d = weights.num_kv_heads, weights.head_dim
-    cos, sin = _rotary_caches(weights, max_positions)
-    cos_name, sin_name = emit.const("cos_cache", cos), emit.const("sin_cache", sin)
+def _group_inputs(window: int | None) -> tuple[str, str, str]:
+    """(bias, seqlens_k, total_sequence_length) of the full-attention or the windowed layers."""
+    prefix = "" if window is None else "sliding_"
+    return f"{prefix}attention_bias", f"{prefix}seqlens_k", f"{prefix}total_sequence_length"
+
+
+@dataclass
+class _Decoder:
+    """The emitter with what every layer reads: the record, dims, rotary tables, eps."""
+
+    emit: _Emitter
+    weights: DecoderWeights
+    ropes: dict[str, tuple[str, str]]  # rotary table -> (cos, sin) initializer names
+
+    @property
+    def record(self) -> Decoder:
+        return self.weights.decoder
+
+    def norm(self, x: str, scale: np.ndarray, base: str) -> str:
+        weight = self.emit.float_const(f"{base}.weight", scale)
+        return self.emit.node("SimplifiedLayerNormalization", [x, weight], 1, base, axis=-1,
+                              epsilon=self.record.norm_eps, stash_type=1)[0]
+
+    def skip_norm(self, branch: str | None, hidden: str, scale: np.ndarray, base: str) -> tuple[str, str]:
+        """`scale`-normed (hidden + branch), and the new residual stream (hidden itself without a branch)."""
+        if branch is None:
+            return self.norm(hidden, scale, base), hidden
+        weight = self.emit.float_const(f"{base}.weight", scale)
+        normed, _, _, total = self.emit.node("SkipSimplifiedLayerNormalization", [branch, hidden, weight], 4, base,
+                                             domain=MS_DOMAIN, epsilon=self.record.norm_eps)
+        return normed, total
+
+    def head_norm(self, x: str, scale: np.ndarray, heads: int, base: str) -> str:
+        """RMS norm over each head of x [1, q, heads * d]."""
+        d = self.weights.head_dim
+        split = self.emit.node("Reshape", [x, self.emit.const(f"{base}.heads", np.array([0, 0, heads, d], np.int64))],
+                               1, f"{base}/split_heads")[0]
+        normed = self.norm(split, scale, base)
+        return self.emit.node("Reshape", [normed, self.emit.const(f"{base}.flat", np.array([0, 0, heads * d],
+                                                                                           np.int64))],
+                              1, f"{base}/merge_heads")[0]
+
+    def attention(self, x: str, layer: DecoderLayer, index: int) -> str:
+        emit, w, record = self.emit, self.weights, self.record
+        base = f"layers.{index}"
+        kv, d = w.num_kv_heads, w.head_dim
+        qkv = layer.qkv if layer.qkv is not None else pack_linears(f"{base}.qkv", [layer.q, layer.k, layer.v])  # type: ignore[list-item]
+        if qkv is not None and not record.qk_norm:
+            inputs = [emit.linear(x, qkv, f"{base}/qkv_proj"), "", ""]
+        else:
+            if qkv is not None:
+                widths = emit.const(f"{base}.qkv_split", np.array([w.num_heads * d, kv * d, kv * d], np.int64))
+                inputs = emit.node("Split", [emit.linear(x, qkv, f"{base}/qkv_proj"), widths], 3, f"{base}/qkv_split",
+                                   axis=-1)
+            else:
+                inputs = [emit.linear(x, part, f"{base}/{tag}_proj")  # type: ignore[arg-type]
+                          for part, tag in ((layer.q, "q"), (layer.k, "k"), (layer.v, "v"))]
+            if record.qk_norm:
+                assert layer.q_norm is not None and layer.k_norm is not None
+                inputs[0] = self.head_norm(inputs[0], layer.q_norm, w.num_heads, f"{base}.self_attn.q_norm")
+                inputs[1] = self.head_norm(inputs[1], layer.k_norm, kv, f"{base}.self_attn.k_norm")
+        rope = record.rope[index]
+        cos, sin = self.ropes[rope] if rope is not None else ("", "")
+        bias, seqlens, total = _group_inputs(record.windows[index])
+        attrs: dict[str, object] = {"num_heads": w.num_heads, "kv_num_heads": kv, "do_rotary": int(rope is not None),
+                                    "rotary_interleaved": 0}
+        if record.attention_scale is not None:
+            attrs["scale"] = record.attention_scale
+        attended = emit.node(
+            "GroupQueryAttention",
+            [*inputs, f"past_key_values.{index}.key", f"past_key_values.{index}.value", seqlens, total, cos, sin,
+             "position_ids" if rope is not None else "", bias],
+            [emit.name(f"{base}/attn_out"), f"present.{index}.key", f"present.{index}.value"], f"{base}/attn",
+            domain=MS_DOMAIN, **attrs,
+        )[0]
+        return emit.linear(attended, layer.o, f"{base}/o_proj")
+
+    def mlp(self, x: str, layer: DecoderLayer, index: int) -> str:
+        emit = self.emit
+        base = f"layers.{index}"
+        gate_up = layer.gate_up if layer.gate_up is not None else pack_linears(f"{base}.gate_up",
+                                                                               [layer.gate, layer.up])  # type: ignore[list-item]
+        if gate_up is not None:
+            both = emit.linear(x, gate_up, f"{base}/gate_up_proj")
+            half = gate_up.N // 2
+            split = emit.const(f"{base}.gate_up_split", np.array([half, gate_up.N - half], np.int64))
+            gate, up = emit.node("Split", [both, split], 2, f"{base}/gate_up_split", axis=-1)
+        else:
+            assert layer.gate is not None and layer.up is not None
+            gate, up = emit.linear(x, layer.gate, f"{base}/gate_proj"), emit.linear(x, layer.up, f"{base}/up_proj")
+        if self.record.activation is Activation.gelu_tanh:
+            active = emit.node("FastGelu", [gate], 1, f"{base}/act_gelu", domain=MS_DOMAIN)[0]
+        else:
+            sigmoid = emit.node("Sigmoid", [gate], 1, f"{base}/act_sigmoid")[0]
+            active = emit.node("Mul", [gate, sigmoid], 1, f"{base}/act_silu")[0]
+        product = emit.node("Mul", [active, up], 1, f"{base}/act_mul")[0]
+        return emit.linear(product, layer.down, f"{base}/down_proj")
+
+
+def _embed(emit: _Emitter, weights: DecoderWeights) -> str:
     emb = weights.embedding
     if emb.table is not None:
         hidden = emit.node("Gather", [emit.float_const("embed_tokens.weight", emb.table), "input_ids"], 1,
@@ -157,66 +289,62 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
         emit.inits.extend(emb.initializers)
         hidden = emit.node(emb.node.op_type, list(emb.node.input), 1, "embed_tokens", domain=emb.node.domain,
                            **{a.name: helper.get_attribute_value(a) for a in emb.node.attribute})[0]
-    eps = weights.eps
-    residual_in: str | None = None  # the branch output still to be added to `hidden`
-    past_names: list[str] = []
-    present_names: list[str] = []
+    scale = weights.decoder.embedding_scale
+    if scale is not None:  # Gemma: sqrt(hidden), rounded to the model's dtype as Hugging Face does
+        hidden = emit.node("Mul", [hidden, emit.float_const("embed_tokens.scale", np.array(scale, np.float32))], 1,
+                           "embed_tokens/scale")[0]
+    return hidden
+
+
+def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18) -> onnx.ModelProto:
+    """The fused graph of `weights` under the contract in this module's docstring."""
+    record = weights.decoder
+    reason = fused_blocker(record, weights.head_dim)
+    if reason is not None:
+        raise UnsupportedModelError(f"the fused cpu flavour cannot build this decoder: {reason}",
+                                    "compile with --target npu (standard ops, any architecture)")
+    emit = _Emitter(weights.dtype)
+    elem = _ONNX_TYPES[weights.dtype]
+    kv, d = weights.num_kv_heads, weights.head_dim
+    ropes = {}
+    for name, rope in record.ropes.items():
+        cos, sin = _rotary_caches(rope, max_positions, weights.dtype)
+        ropes[name] = (emit.const(f"cos_cache.{name}", cos), emit.const(f"sin_cache.{name}", sin))
+    decoder = _Decoder(emit, weights, ropes)
+    hidden = _embed(emit, weights)
+    branch: str | None = None  # the last sublayer's output, still to be added to `hidden`
     for index, layer in enumerate(weights.layers):
         base = f"layers.{index}"
-        norm_w = emit.float_const(f"{base}.input_layernorm.weight", layer.input_norm)
-        if residual_in is None:
-            x = emit.node("SimplifiedLayerNormalization", [hidden, norm_w], 1, f"{base}/input_norm",
-                          axis=-1, epsilon=eps, stash_type=1)[0]
-        else:
-            x, _, _, hidden = emit.node("SkipSimplifiedLayerNormalization", [residual_in, hidden, norm_w], 4,
-                                        f"{base}/input_norm", domain=MS_DOMAIN, epsilon=eps)
-        qkv = pack_linears(f"{base}.qkv", [layer.q, layer.k, layer.v])
-        if qkv is not None:
-            attention_inputs = [emit.linear(x, qkv, f"{base}/qkv_proj"), "", ""]
-        else:
-            attention_inputs = [emit.linear(x, part, f"{base}/{tag}_proj")
-                                for part, tag in ((layer.q, "q"), (layer.k, "k"), (layer.v, "v"))]
-        names = [f"past_key_values.{index}.key", f"past_key_values.{index}.value"]
-        presents = [f"present.{index}.key", f"present.{index}.value"]
-        past_names += names
-        present_names += presents
-        attn = emit.node(
-            "GroupQueryAttention",
-            [*attention_inputs, *names, "seqlens_k", "total_sequence_length", cos_name, sin_name, "position_ids",
-             "attention_bias"],
-            [emit.name(f"{base}/attn_out"), *presents], f"{base}/attn", domain=MS_DOMAIN,
-            num_heads=weights.num_heads, kv_num_heads=kv, do_rotary=1, rotary_interleaved=0,
-        )[0]
-        o = emit.linear(attn, layer.o, f"{base}/o_proj")
-        post_w = emit.float_const(f"{base}.post_attention_layernorm.weight", layer.post_norm)
-        x, _, _, hidden = emit.node("SkipSimplifiedLayerNormalization", [o, hidden, post_w], 4, f"{base}/post_norm",
-                                    domain=MS_DOMAIN, epsilon=eps)
-        gate_up = pack_linears(f"{base}.gate_up", [layer.gate, layer.up])
-        if gate_up is not None:
-            both = emit.linear(x, gate_up, f"{base}/gate_up_proj")
-            split = emit.const(f"{base}.gate_up_split", np.array([layer.gate.N, layer.up.N], np.int64))
-            gate, up = emit.node("Split", [both, split], 2, f"{base}/gate_up_split", axis=-1)
-        else:
-            gate, up = emit.linear(x, layer.gate, f"{base}/gate_proj"), emit.linear(x, layer.up, f"{base}/up_proj")
-        sigmoid = emit.node("Sigmoid", [gate], 1, f"{base}/act_sigmoid")[0]
-        silu = emit.node("Mul", [gate, sigmoid], 1, f"{base}/act_silu")[0]
-        product = emit.node("Mul", [silu, up], 1, f"{base}/act_mul")[0]
-        residual_in = emit.linear(product, layer.down, f"{base}/down_proj")
-    assert residual_in is not None
+        for sublayer, run in (("attention", decoder.attention), ("mlp", decoder.mlp)):
+            x, hidden = decoder.skip_norm(branch, hidden, layer.norms[f"{sublayer}_in"], f"{base}.{sublayer}_in_norm")
+            branch = run(x, layer, index)
+            out_norm = layer.norms.get(f"{sublayer}_out")
+            if out_norm is not None:
+                branch = decoder.norm(branch, out_norm, f"{base}.{sublayer}_out_norm")
+    assert branch is not None
     final_w = emit.float_const("norm.weight", weights.final_norm)
-    normed = emit.node("SkipSimplifiedLayerNormalization", [residual_in, hidden, final_w], 1, "final_norm",
-                       domain=MS_DOMAIN, epsilon=eps)[0]
-    emit.linear(normed, weights.head, "lm_head", out="logits")
+    normed = emit.node("SkipSimplifiedLayerNormalization", [branch, hidden, final_w], 1, "final_norm",
+                       domain=MS_DOMAIN, epsilon=record.norm_eps)[0]
+    cap = record.final_logit_softcap
+    if cap is None:
+        emit.linear(normed, weights.head, "lm_head", out="logits")
+    else:  # Gemma-2-style soft-capping: cap * tanh(logits / cap)
+        raw = emit.linear(normed, weights.head, "lm_head")
+        scaled = emit.node("Div", [raw, emit.float_const("softcap", np.array(cap))], 1, "softcap/div")[0]
+        capped = emit.node("Tanh", [scaled], 1, "softcap/tanh")[0]
+        emit.node("Mul", [capped, emit.float_const("softcap_out", np.array(cap))], ["logits"], "softcap/mul")
 
-    inputs = [
-        _value("input_ids", TensorProto.INT64, [1, "q"]),
-        _value("position_ids", TensorProto.INT64, [1, "q"]),
-        _value("attention_bias", elem, [1, 1, "q", "total_sequence_length"]),
-        _value("seqlens_k", TensorProto.INT32, [1]),
-        _value("total_sequence_length", TensorProto.INT32, []),
-    ] + [_value(name, elem, [1, kv, "past_sequence_length", d]) for name in past_names]
-    outputs = [_value("logits", elem, [1, "q", int(weights.head.N)])] + \
-        [_value(name, elem, [1, kv, "present_sequence_length", d]) for name in present_names]
+    inputs = [_value("input_ids", TensorProto.INT64, [1, "q"]), _value("position_ids", TensorProto.INT64, [1, "q"])]
+    for window in sorted({*record.windows}, key=lambda w: w or 0):
+        bias, seqlens, total = _group_inputs(window)
+        inputs += [_value(bias, elem, [1, 1, "q", total]), _value(seqlens, TensorProto.INT32, [1]),
+                   _value(total, TensorProto.INT32, [])]
+    outputs = [_value("logits", elem, [1, "q", int(weights.head.N)])]
+    for index, window in enumerate(record.windows):  # a group's buffers share their length
+        prefix = "" if window is None else "sliding_"
+        for kind in ("key", "value"):
+            inputs.append(_value(f"past_key_values.{index}.{kind}", elem, [1, kv, f"{prefix}past_sequence_length", d]))
+            outputs.append(_value(f"present.{index}.{kind}", elem, [1, kv, f"{prefix}present_sequence_length", d]))
     graph = helper.make_graph(emit.nodes, "specdec_fused_cpu", inputs, outputs, emit.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS_DOMAIN, 1)],
                               producer_name="specdec")

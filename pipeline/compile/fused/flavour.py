@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FUSED_DIR = "cpu"
-FUSED_ARCHITECTURES = frozenset({"llama", "mistral", "qwen2"})
 
 
 def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
@@ -56,8 +55,10 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
     with progress.task("building fused cpu graphs", total=len(manifest.graphs)) as task:
         for role, spec in manifest.graphs.items():
             task.describe(f"building the fused {role} graph")
+            if spec.decoder is None:
+                raise BundleError(f"the {role} graph has no architecture record", "re-export the bundle")
             weights = read_decoder(load_graph(source.graph_path(role)), num_kv_heads=spec.num_kv_heads,
-                                   head_dim=spec.head_dim, dtype=spec.dtype)
+                                   head_dim=spec.head_dim, dtype=spec.dtype, decoder=spec.decoder)
             model = build_decoder(weights, max_positions=settings.max_context)
             custom = manifest.custom_ops.graphs.get(role) if manifest.custom_ops is not None else None
             if custom is not None:  # the op surgery put after the logits goes after the new logits

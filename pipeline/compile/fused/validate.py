@@ -31,6 +31,7 @@ INT8_COMPUTE_TOLERANCE = 2e-2
 _RANKED = 8  # candidates per row whose order decides the ops (the prune op's max_k)
 TREE_PARENTS = np.array([-1, 0, 0, 1, 1, 2, 4, 6], np.int64)
 _PROMPT = 11
+_TREE_ROWS = TREE_PARENTS.size + 1
 
 
 def _relative(got: np.ndarray, want: np.ndarray) -> float:
@@ -69,16 +70,19 @@ def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int =
         tolerance = FP16_TOLERANCE if fused.dtype == np.float16 else FP32_TOLERANCE
     reference = DynamicRunner(dynamic, SessionOptions(threads=1))
     rng = np.random.default_rng(seed)
-    prompt = rng.integers(0, vocab, _PROMPT)
+    # past the window, where the fused runner's windowed rows and masks take over, when room allows
+    window = dynamic.window or 0
+    length = _PROMPT if window + 3 + _TREE_ROWS > fused.max_context else max(_PROMPT, window + 3)
+    prompt = rng.integers(0, vocab, length)
     depths = np.zeros(TREE_PARENTS.size, np.int64)
     for node in range(1, TREE_PARENTS.size):
         depths[node] = depths[TREE_PARENTS[node]] + 1
     tree = rng.integers(0, vocab, TREE_PARENTS.size)
     steps = [
-        ("prefill", prompt, np.arange(_PROMPT), causal(_PROMPT), {}, list(range(_PROMPT))),
-        ("tree", tree, _PROMPT + depths, ancestor_matrix(TREE_PARENTS),
+        ("prefill", prompt, np.arange(length), causal(length), {}, list(range(length))),
+        ("tree", tree, length + depths, ancestor_matrix(TREE_PARENTS),
          _op_inputs(fused, TREE_PARENTS, depths), [0, 1, 4, 6]),
-        ("decode", rng.integers(0, vocab, 1), np.array([_PROMPT + 4]), causal(1),
+        ("decode", rng.integers(0, vocab, 1), np.array([length + 4]), causal(1),
          _op_inputs(fused, np.array([-1]), np.array([0])), [0]),
     ]
     worst = 0.0

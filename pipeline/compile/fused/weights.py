@@ -5,7 +5,10 @@ checkpoint, so it works on any bundle (the checkpoint may be gone) and keeps wha
 chose (AWQ/GPTQ/RTN codes, per-layer bits, the AWQ input scales). Layers are found by the module
 path torch records in each node's metadata (`model.layers.0.self_attn.q_proj`), which export
 writes and quantize keeps: a linear layer is a float `MatMul` (quantize/layers.find_layers) or a
-`MatMulNBits`, optionally behind AWQ's `Mul` by a constant and followed by a bias `Add`.
+`MatMulNBits`, optionally behind AWQ's `Mul` by a constant and followed by a bias `Add`. Which
+modules to look for (packed projections, q/k norms, where the norms sit) comes from the graph's
+`Decoder` record (records/decoder.py); a norm's scale is whatever its module multiplies by, so
+Gemma's (1 + w), which the exporter folds into one constant, reads as the scale it is.
 Anything this reader gets wrong is caught by the compile stage's validation against the
 dynamic graph.
 """
@@ -20,6 +23,7 @@ from onnx import numpy_helper
 
 from specdec.pipeline.errors import UnsupportedModelError
 from specdec.pipeline.graph_query import MS_DOMAIN, attribute_value, find_layers, load_weight, module_name
+from specdec.pipeline.records.decoder import Decoder
 
 
 @dataclass(frozen=True)
@@ -58,15 +62,21 @@ class Embedding:
 
 @dataclass(frozen=True)
 class DecoderLayer:
-    input_norm: np.ndarray
-    post_norm: np.ndarray
-    q: Linear
-    k: Linear
-    v: Linear
+    """One layer's weights: the projections as the graph has them (q/k/v or a packed qkv, gate/up
+    or a packed gate_up) and its norm scales by role (records.decoder.NormModules' field names)."""
+
+    norms: dict[str, np.ndarray]
     o: Linear
-    gate: Linear
-    up: Linear
     down: Linear
+    q: Linear | None = None
+    k: Linear | None = None
+    v: Linear | None = None
+    qkv: Linear | None = None
+    gate: Linear | None = None
+    up: Linear | None = None
+    gate_up: Linear | None = None
+    q_norm: np.ndarray | None = None  # per-head RMS norm scales (Qwen3, Gemma 3)
+    k_norm: np.ndarray | None = None
 
 
 @dataclass
@@ -75,8 +85,7 @@ class DecoderWeights:
     layers: list[DecoderLayer]
     final_norm: np.ndarray
     head: Linear
-    eps: float
-    inv_freq: np.ndarray
+    decoder: Decoder
     num_heads: int
     num_kv_heads: int
     head_dim: int
@@ -129,13 +138,6 @@ class _Graph:
                     return value
         raise UnsupportedModelError(f"cannot find the weight of the norm '{module}'",
                                     "compile --target npu works on any exported graph")
-
-    def initializer_ending(self, suffix: str) -> np.ndarray:
-        matches = [name for name in self.inits if name == suffix or name.endswith("." + suffix)]
-        if len(matches) != 1:
-            raise UnsupportedModelError(f"the graph has {len(matches)} initializers named like '{suffix}'",
-                                        "compile --target npu works on any exported graph")
-        return numpy_helper.to_array(self.inits[matches[0]])
 
 
 def _int_attr(node: onnx.NodeProto, name: str, default: int) -> int:
@@ -214,42 +216,39 @@ def _embedding(graph: _Graph) -> Embedding:
     raise UnsupportedModelError("no token embedding lookup reads 'input_ids'", "compile --target npu instead")
 
 
-def _rms_eps(graph: _Graph, module: str) -> float:
-    for node in graph.by_module.get(module, []):
-        if node.op_type == "Add":
-            for name in node.input:
-                value = graph.constant(name)
-                if value is not None and value.size == 1:
-                    return float(value.reshape(-1)[0])
-    raise UnsupportedModelError(f"cannot find the epsilon of the RMS norm '{module}'", "compile --target npu instead")
+_NOT_FUSABLE = "compile --target npu works on any exported graph"
 
 
-def read_decoder(model: onnx.ModelProto, *, num_kv_heads: int, head_dim: int, dtype: str) -> DecoderWeights:
-    """A Llama-family decoder (Llama, Mistral, Qwen2): RMS norms, rotary, SiLU-gated MLP."""
+def _layer(graph: _Graph, linears: dict[str, Linear], decoder: Decoder, index: int) -> DecoderLayer:
+    prefix = f"model.layers.{index}"
+    attention = ("qkv",) if decoder.packed_qkv else ("q", "k", "v")
+    mlp = ("gate_up",) if decoder.packed_gate_up else ("gate", "up")
+    paths = {name: f"self_attn.{name}_proj" for name in (*attention, "o")} | \
+        {name: f"mlp.{name}_proj" for name in (*mlp, "down")}
+    try:
+        parts = {name: linears[f"{prefix}.{path}"] for name, path in paths.items()}
+    except KeyError as missing:
+        raise UnsupportedModelError(f"layer {index} has no linear layer {missing}", _NOT_FUSABLE) from None
+    roles = {role: module for role, module in vars(decoder.norms).items() if module is not None}
+    norms = {role: graph.norm_weight(f"{prefix}.{module}") for role, module in roles.items()}
+    q_norm = graph.norm_weight(f"{prefix}.self_attn.q_norm") if decoder.qk_norm else None
+    k_norm = graph.norm_weight(f"{prefix}.self_attn.k_norm") if decoder.qk_norm else None
+    return DecoderLayer(norms=norms, q_norm=q_norm, k_norm=k_norm, **parts)
+
+
+def read_decoder(model: onnx.ModelProto, *, num_kv_heads: int, head_dim: int, dtype: str,
+                 decoder: Decoder) -> DecoderWeights:
+    """The weights of the decoder `decoder` describes (the graph's manifest record) out of its graph."""
     graph = _Graph(model)
     linears = read_linears(model)
-    layers: list[DecoderLayer] = []
-    index = 0
-    while f"model.layers.{index}.self_attn.q_proj" in linears:
-        prefix = f"model.layers.{index}"
-        try:
-            parts = {name: linears[f"{prefix}.{path}"] for name, path in (
-                ("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"),
-                ("o", "self_attn.o_proj"), ("gate", "mlp.gate_proj"), ("up", "mlp.up_proj"),
-                ("down", "mlp.down_proj"))}
-        except KeyError as missing:
-            raise UnsupportedModelError(f"layer {index} has no linear layer {missing}",
-                                        "compile --target npu works on any exported graph") from None
-        layers.append(DecoderLayer(input_norm=graph.norm_weight(f"{prefix}.input_layernorm"),
-                                   post_norm=graph.norm_weight(f"{prefix}.post_attention_layernorm"), **parts))
-        index += 1
-    if not layers or "lm_head" not in linears:
-        raise UnsupportedModelError("the graph is not a Llama-family decoder (no model.layers.N.self_attn / lm_head)",
-                                    "compile --target npu works on any exported graph")
-    num_heads = layers[0].q.N // head_dim
+    layers = [_layer(graph, linears, decoder, index) for index in range(len(decoder.windows))]
+    if "lm_head" not in linears:
+        raise UnsupportedModelError("the graph has no lm_head linear layer", _NOT_FUSABLE)
+    first = layers[0]
+    packed = first.qkv.N - 2 * num_kv_heads * head_dim if first.qkv is not None else 0
+    query_width = first.q.N if first.q is not None else packed
     return DecoderWeights(
         embedding=_embedding(graph), layers=layers, final_norm=graph.norm_weight("model.norm"),
-        head=linears["lm_head"], eps=_rms_eps(graph, "model.layers.0.input_layernorm"),
-        inv_freq=graph.initializer_ending("rotary_emb.inv_freq").astype(np.float32), num_heads=num_heads,
-        num_kv_heads=num_kv_heads, head_dim=head_dim, dtype=np.dtype(dtype),
+        head=linears["lm_head"], decoder=decoder, num_heads=query_width // head_dim, num_kv_heads=num_kv_heads,
+        head_dim=head_dim, dtype=np.dtype(dtype),
     )

@@ -8,6 +8,12 @@ Every variant is simplified (onnxsim), optimised (onnxruntime, basic level), get
 back and is checked against the dynamic graph before it is written. The onnx variants of a role
 share one weights file (shared_weights.py), so the bundle does not grow with the variant count;
 ORT format cannot reference external data, so `--format ort|both` repeats the weights per variant.
+
+A decoder with windowed layers keeps its second mask input (`sliding_attention_mask`, same shape
+as `attention_mask`), which the runtime fills from the slots' positions: exact past the window.
+Its windowed layers keep the context bucket's rows like every layer (one static KV shape per
+variant, what these runtimes take); bounding them as the cpu flavour does would need variants
+with a second, window-sized KV shape.
 """
 
 from __future__ import annotations
@@ -94,7 +100,8 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
                     path = out_dir / f"{name}.onnx"
                     onnx.save(model, str(path))
                     validation[name] = validator.check(source.graph_path(role), path, q=q, capacity=context,
-                                                       dtype=spec.dtype)
+                                                       dtype=spec.dtype,
+                                                       window=spec.decoder.window if spec.decoder else None)
                     simplify_notes[name] = note
                     inputs, outputs = describe_io(path)
                     rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs,

@@ -17,6 +17,7 @@ from onnx import helper
 
 from specdec.custom_ops import DOMAIN
 from specdec.pipeline.onnx_edit import retain
+from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK
 
 _KV_OUT = re.compile(r"^present\.(\d+)\.(key|value)$")
 
@@ -87,7 +88,7 @@ def make_static(model: onnx.ModelProto, *, q: int, capacity: int, num_kv_heads: 
     for value in graph.input:
         if value.name in ("input_ids", "position_ids"):
             _set_shape(value, [1, q])
-        elif value.name == "attention_mask":
+        elif value.name in (FULL_MASK, SLIDING_MASK):
             _set_shape(value, [1, 1, q, capacity + q])
         elif value.name.startswith("past_key_values."):
             _set_shape(value, [1, num_kv_heads, capacity, head_dim])

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK, mask_feeds
 from specdec.pipeline.runtime.runner import build_mask
 from specdec.pipeline.runtime.tree import ancestor_matrix
 
@@ -38,11 +39,13 @@ class BucketValidator:
     def __exit__(self, *exc_info: object) -> None:
         self._sessions.clear()
 
-    def check(self, dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0) -> float:
+    def check(self, dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0,
+              window: int | None = None) -> float:
         session = self._sessions.get(dynamic)
         if session is None:
             session = self._sessions[dynamic] = _session(dynamic)
-        return validate_bucket(dynamic, static, q=q, capacity=capacity, dtype=dtype, seed=seed, reference=session)
+        return validate_bucket(dynamic, static, q=q, capacity=capacity, dtype=dtype, seed=seed, reference=session,
+                               window=window)
 
 
 def _session(path: Path) -> Any:
@@ -52,10 +55,11 @@ def _session(path: Path) -> Any:
 
 
 def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0,
-                    reference: Any = None) -> float:
+                    reference: Any = None, window: int | None = None) -> float:
     """Max difference (relative to max(1, max|ref|)) of logits and new KV, bucket vs dynamic graph.
 
-    `reference`: an onnxruntime session of `dynamic` already loaded.
+    `reference`: an onnxruntime session of `dynamic` already loaded; `window`: the graph's attention
+    window (its windowed layers take their own mask).
     """
     rng = np.random.default_rng(seed + q)
     np_dtype = np.dtype(dtype)
@@ -70,12 +74,15 @@ def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype
     visible = ancestor_matrix(parents)
     ids = rng.integers(0, 50, (1, q)).astype(np.int64)
     positions = (past + depths)[None]
-    dyn_feeds: dict[str, np.ndarray] = {"input_ids": ids, "position_ids": positions,
-                                        "attention_mask": build_mask(np_dtype, neg, past, past, np.zeros((q, 0), bool),
-                                                                     visible)}
-    sta_feeds: dict[str, np.ndarray] = {"input_ids": ids, "position_ids": positions,
-                                        "attention_mask": build_mask(np_dtype, neg, past, capacity,
-                                                                     np.zeros((q, 0), bool), visible)}
+    masks = tuple(i.name for i in sta.get_inputs() if i.name in (FULL_MASK, SLIDING_MASK))
+    # a window that cuts into the short past here, so the windowed layers' mask is exercised too
+    short_window = min(window, max(past, 1)) if window is not None else None
+    dyn_feeds: dict[str, np.ndarray] = {"input_ids": ids, "position_ids": positions, **mask_feeds(
+        masks, build_mask(np_dtype, neg, past, past, np.zeros((q, 0), bool), visible), positions[0],
+        np.concatenate([np.arange(past), positions[0]]), short_window, neg)}
+    sta_feeds: dict[str, np.ndarray] = {"input_ids": ids, "position_ids": positions, **mask_feeds(
+        masks, build_mask(np_dtype, neg, past, capacity, np.zeros((q, 0), bool), visible), positions[0],
+        np.concatenate([np.arange(past), np.zeros(capacity - past, np.int64), positions[0]]), short_window, neg)}
     for value in dyn.get_inputs():
         if not value.name.startswith("past_key_values."):
             continue

@@ -215,7 +215,7 @@ def test_prompts_of_any_length_share_one_rebound_slot(fused) -> None:  # type: i
 
 def test_direct_calls_fall_back_to_the_public_iobinding_api() -> None:
     """Without onnxruntime's private pybind attributes the public calls are used, same arguments."""
-    from specdec.pipeline.runtime.fused import _direct_calls
+    from specdec.pipeline.runtime.fused_binding import _direct_calls
 
     calls: list[tuple[object, ...]] = []
 
