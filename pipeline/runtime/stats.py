@@ -12,7 +12,8 @@ VERIFY = "Target_Verify"
 ACCEPT = "Accept_Reject_Sample"
 COMMIT = "KV_Commit"
 LOOKUP = "Lookup"  # prompt lookup's host work: matching, grafting, indexing accepted tokens
-STAGES = (DRAFT, PRUNE, VERIFY, ACCEPT, COMMIT, LOOKUP)
+PROCESS = "Logits_Process"  # logits processors (runtime/processors/): masks for tree nodes and proposals
+STAGES = (DRAFT, PRUNE, VERIFY, ACCEPT, COMMIT, LOOKUP, PROCESS)
 SOURCES = ("model", "lookup")  # who proposed a tree node (tree.MODEL / tree.LOOKUP bits)
 
 
