@@ -36,10 +36,21 @@ def peaked(tmp_path_factory):  # type: ignore[no-untyped-def]
     return bundle, tokenizer
 
 
-def _token_bytes(tokenizer) -> list[bytes]:  # type: ignore[no-untyped-def]
-    from transformers.models.gpt2.tokenization_gpt2 import bytes_to_unicode
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: printable bytes stand for themselves, the rest from U+0100."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = list(printable)
+    extra = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars, strict=True)}
 
-    decoder = {c: b for b, c in bytes_to_unicode().items()}
+
+def _token_bytes(tokenizer) -> list[bytes]:  # type: ignore[no-untyped-def]
+    decoder = _byte_decoder()
     out = []
     for i, piece in enumerate(tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))):
         special = i in tokenizer.all_special_ids
