@@ -34,6 +34,7 @@ from specdec.pipeline.runtime.lookup import LookupDrafter, ModelLookupDrafter
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.runtime.model_drafter import ModelDrafter
 from specdec.pipeline.runtime.processors import Constraints, ProcessorCache, build
+from specdec.pipeline.runtime.processors.base import REFUSED
 from specdec.pipeline.runtime.rng import Randomness, Stream
 from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.runtime.stats import ACCEPT, COMMIT, PROCESS, VERIFY, Reply, RoundStats, StageClock
@@ -168,7 +169,7 @@ class Engine:
         if drafter is not None and output:
             drafter.reset(ids, output[0])
             drafter.constrain(constraints)
-        stop = "refused" if refused else self._stop_reason(output, config)
+        stop = REFUSED if refused else self._stop_reason(output, config)
         while stop is None:
             round_start = time.perf_counter_ns()
             stats = RoundStats(index=len(rounds), kind="plain")
@@ -190,7 +191,7 @@ class Engine:
             output += emitted
             if on_tokens and emitted:
                 on_tokens(emitted)
-            stop = "refused" if refused else self._stop_reason(output, config) or self._context_full()
+            stop = REFUSED if refused else self._stop_reason(output, config) or self._context_full()
         return Reply(ids, output, stop, ttft_ns, time.perf_counter_ns() - start, prefill_ns, rounds)
 
     # -- rounds ----------------------------------------------------------------------------

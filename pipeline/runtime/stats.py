@@ -87,7 +87,7 @@ class _Timed:
 class Reply:
     prompt_ids: list[int]
     output_ids: list[int]
-    stop_reason: str  # "eos", "max_new_tokens" or "max_context"
+    stop_reason: str  # "eos", "max_new_tokens", "max_context" or "refused" (runtime/processors/)
     ttft_ns: int
     total_ns: int
     prefill_ns: int

@@ -17,7 +17,7 @@ from specdec.pipeline.runtime.processors.base import Constraints, Processor
 from specdec.pipeline.runtime.processors.grammar import Grammar, GrammarProcessor
 from specdec.pipeline.runtime.processors.vocab import token_texts
 
-__all__ = ["PROCESSORS", "Constraints", "Processor", "ProcessorCache", "build"]
+__all__ = ["PROCESSORS", "Constraints", "Processor", "ProcessorCache", "build", "processor_names"]
 
 
 @dataclass
@@ -54,6 +54,13 @@ PROCESSORS: dict[str, ProcessorKind] = {
     "grammar": ProcessorKind(lambda c: c.json_schema is not None or c.regex is not None,
                              lambda c, cache: GrammarProcessor(cache.grammar(c.json_schema, c.regex))),
 }
+
+
+def processor_names(config: DecodeConfig) -> list[str]:
+    """What results.json records: the processors a config runs, with the ban policy."""
+    names = {"ban": f"ban ({config.ban_policy.value}, {len(config.ban)} phrases)",
+             "grammar": "json_schema" if config.json_schema is not None else "regex"}
+    return [names[name] for name, kind in PROCESSORS.items() if kind.wanted(config)]
 
 
 def build(config: DecodeConfig, cache: ProcessorCache) -> Constraints | None:

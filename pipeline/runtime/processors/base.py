@@ -19,6 +19,8 @@ import numpy as np
 
 from specdec.pipeline.errors import GenerationError
 
+REFUSED = "refused"  # a reply's stop reason when a processor stopped it (the refuse policy)
+
 
 class Processor(Protocol):
     """One constraint, bound to one reply. `extra` is a path of tokens after the committed output."""
