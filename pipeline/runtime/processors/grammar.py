@@ -28,7 +28,9 @@ class Grammar:
 
         self.tokenizer = load_tokenizer(tokenizer_json, vocab)
         self.vocab = vocab
-        self.eos = set(self.tokenizer.eos_tokens)  # type: ignore[attr-defined]
+        # eos_tokens is newer than the llguidance the portable runtime ships (1.6): fall back to eos_token
+        eos = getattr(self.tokenizer, "eos_tokens", None) or [self.tokenizer.eos_token]  # type: ignore[attr-defined]
+        self.eos = set(eos)
         if json_schema is not None:
             self.name, key = "json_schema", setting("json_schema")
             try:
