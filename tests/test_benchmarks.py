@@ -53,3 +53,13 @@ def test_adaptive_vs_fixed_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPa
          "--prompts", "2")
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"plain", "fixed", "adaptive"} and report["plain"]["tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_constrained_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    _run(monkeypatch, "constrained.py", str(bundle_factory("llama").path), "--prompts", "2", "--tokens", "6",
+         "--threads", "1")
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"none", "ban mask", "ban refuse", "json_schema", "regex"}
+    assert all(case["speculative_equals_plain"] for case in report.values())

@@ -12,7 +12,7 @@ processors, and sampling follows the processed target distribution.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -99,6 +99,26 @@ class Constraints:
             if path is not None:
                 out[node] = self.process_row(out[node], path)
         return out
+
+    def walk(self, logits: np.ndarray, tokens: np.ndarray, parents: np.ndarray,
+             choose: Callable[[np.ndarray, int], int]) -> tuple[list[int], int]:
+        """Greedy / match verification with rows processed lazily, only along the accepted path.
+
+        The same walk as BlockSparseVerify (custom_ops/block_sparse_verify): at each node the
+        target's choice from its processed row (`choose(row, depth)`), then the lowest-index child
+        holding that token. Only the rows the walk reads are processed — the accepted path — where
+        `process_tree` would mask every node. Returns (the path, the token after it).
+        """
+        path = [0]
+        extra: list[int] = []
+        while True:
+            node = path[-1]
+            choice = choose(self.process_row(logits[node], extra), len(extra))
+            children = np.flatnonzero((parents == node) & (tokens == choice))
+            if children.size == 0:
+                return path, choice
+            path.append(int(children[0]))
+            extra.append(choice)
 
     def _permits(self, path: tuple[int, ...], token: int) -> bool:
         mask = self.allowed(path)
