@@ -133,17 +133,25 @@ class Constraints:
         result: np.ndarray = valid & mask[np.clip(ids, 0, self.vocab - 1)]
         return result
 
-    def filter_candidates(self, extra: Sequence[int], ids: np.ndarray, logprob: np.ndarray
+    def filter_candidates(self, paths: Sequence[Sequence[int]], ids: np.ndarray, logprob: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
-        """The draft's candidates at a node whose path is `extra`, restricted to the allowed tokens and
-        renormalised: the proposal the node's children are drawn from (rrs needs exactly that q)."""
-        keep = self.filter(extra, ids)
-        if keep.all():
+        """The draft's candidate rows (one per node, `paths[row]` its path) restricted to the allowed
+        tokens and renormalised: the proposal the node's children are drawn from (rrs needs exactly
+        that q). Rows the constraints leave alone are returned as they are."""
+        valid = ids >= 0
+        keep = valid.copy()
+        for row, path in enumerate(paths):
+            mask = self.allowed(path)
+            if mask is not None:
+                keep[row] &= mask[np.clip(ids[row], 0, self.vocab - 1)]
+        changed = (keep != valid).any(axis=1, keepdims=True)
+        if not changed.any():
             return ids, logprob
         ids = np.where(keep, ids, -1)
         logprob = np.where(keep, logprob, -np.inf)
-        if keep.any():
-            logprob = logprob - np.logaddexp.reduce(logprob[keep])
+        alive = keep.any(axis=1, keepdims=True)
+        norm = np.logaddexp.reduce(np.where(alive, logprob, 0.0), axis=1, keepdims=True)
+        logprob = np.where(changed & keep, logprob - np.where(alive, norm, 0.0), logprob)
         return ids, logprob
 
     def compliant_prefix(self, tokens: Sequence[int]) -> int:
