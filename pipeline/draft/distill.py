@@ -73,7 +73,7 @@ def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torc
                 token = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
             ids.append(token)
             if step + 1 < length:
-                out = model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+                out = model(input_ids=token, cache=out.cache, use_cache=True)
         rows.append(torch.cat(ids, dim=1))
     return torch.cat(rows)
 

@@ -112,20 +112,22 @@ def state_path(output: Path) -> Path:
     return output.parent / f".{output.name}.draft-state.pt"
 
 
-def _load(path: Path) -> tuple[Any, Any, Any]:
+def _load(path: Path, config: DraftConfig) -> tuple[Any, Any, Any]:
+    """Config, tokenizer and float32 model; unsupported architectures and bad counts fail before the weights."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
-        config = AutoConfig.from_pretrained(str(path))
-        pruning.geometry(config)  # unsupported architectures fail before the weights load
+        target_config = AutoConfig.from_pretrained(str(path))
+        shape = pruning.geometry(target_config)
+        pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise InputError(f"cannot load target '{path}': {reason}", "pass a local checkpoint directory") from exc
     model.train(False)
-    return config, tokenizer, model
+    return target_config, tokenizer, model
 
 
 def _fingerprint(target: Path, config: DraftConfig) -> str:
@@ -153,6 +155,20 @@ def _resume_state(config: DraftConfig, fingerprint: str) -> dict[str, Any] | Non
 
 def make_draft(config: DraftConfig, progress: Progress | None = None) -> DraftResult:
     import torch
+    from transformers.utils import logging as hf_logging
+
+    threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # progress is ours to report (pipeline/progress.py)
+    try:
+        return _make_draft(config, progress)
+    finally:
+        torch.set_num_threads(threads)  # config.threads is this run's, not the process's
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
+    import torch
 
     progress = progress or SilentProgress()
     started = time.time()
@@ -165,9 +181,8 @@ def make_draft(config: DraftConfig, progress: Progress | None = None) -> DraftRe
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
-    target_config, tokenizer, target = _load(target_dir)
+    target_config, tokenizer, target = _load(target_dir, config)
     shape = pruning.geometry(target_config)
-    pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
     for param in target.parameters():
         param.requires_grad_(False)
     budget = config.budget_minutes
