@@ -158,13 +158,13 @@ def make_draft(config: DraftConfig, progress: Progress | None = None) -> DraftRe
     from transformers.utils import logging as hf_logging
 
     threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # progress is ours to report (pipeline/progress.py)
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
     try:
         return _make_draft(config, progress)
     finally:
         torch.set_num_threads(threads)  # config.threads is this run's, not the process's
         if bars:
-            hf_logging.enable_progress_bar()
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
