@@ -111,7 +111,7 @@ Chat = Annotated[bool, typer.Option(
 Calib = Annotated[Path | None, typer.Option(
     "--calib", help="Calibration data. bench/tune: prompts to tune on (JSONL; default: held-out prompts the run "
                     "does not measure); quantize: text, or JSONL with 'text' or 'input_ids' lines (default: built-in "
-                    "text).")]
+                    "text); draft: such text to distil on besides the target's own (default: none).")]
 Scenario = Annotated[str | None, typer.Option(
     "--scenario", help="Scenario template: code, chat, creative, knowledge (or a YAML path).")]
 MaxNewTokens = Annotated[int | None, typer.Option(
@@ -122,7 +122,7 @@ Mode = Annotated[VerifyMode | None, typer.Option(
     "--mode", help="Verification: greedy (temperature 0), match or rrs (sampling; default match).")]
 Seed = Annotated[int | None, typer.Option(
     "--seed", help="Random seed (default 0): decoding's Philox generator, reproducible across machines; quantize's "
-                   "sampling of calibration windows.")]
+                   "sampling of calibration windows; draft: the target's text and the training order.")]
 
 # ---- the tree (default: the tuned plan's, else the scenario's, else the profile's) --------------
 
