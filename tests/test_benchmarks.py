@@ -61,5 +61,5 @@ def test_constrained_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPatch,  
     _run(monkeypatch, "constrained.py", str(bundle_factory("llama").path), "--prompts", "2", "--tokens", "6",
          "--threads", "1")
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"none", "ban mask", "ban refuse", "json_schema", "regex"}
+    assert set(report) == {"none", "ban mask", "ban refuse", "json_schema", "regex", "ban mask, draft unconstrained"}
     assert all(case["speculative_equals_plain"] for case in report.values())
