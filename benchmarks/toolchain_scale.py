@@ -8,8 +8,9 @@ Shapes are those of shipped checkpoints (hub downloads are not needed): 0.1b = S
 with tied embeddings, as released. The tokenizer is a word-level one of exactly the model's
 vocabulary (the calibration text's words, then filler tokens), so the embedding and head have
 their real sizes. Each stage runs as its own `specdec` process, as a user runs it; peak RSS is that
-process's (os.wait4), so stages never inherit each other's memory. Stages run target-only (the
-draft would be a smaller copy of the same work). Prints one markdown table row per stage.
+process's (os.wait4), so stages never inherit each other's memory. The draft is the same shape with
+DRAFT_LAYERS layers (random-init too: the numbers are cost, not acceptance). Prints one markdown
+table row per stage.
 """
 
 from __future__ import annotations
@@ -65,8 +66,12 @@ class Measured:
     note: str
 
 
+DRAFT_LAYERS = 2
+
+
 def build_checkpoint(size: str, out: Path) -> None:
-    """A random-init checkpoint of the shape, with a word-level tokenizer of exactly its vocabulary."""
+    """Random-init target and draft checkpoints of the shape (`out`, `out`-draft), with a word-level
+    tokenizer of exactly its vocabulary."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -84,12 +89,14 @@ def build_checkpoint(size: str, out: Path) -> None:
     tokenizer.decoder = decoders.WordPiece(prefix="##")
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>",
                                    bos_token="<|endoftext|>", unk_token="<unk>")  # type: ignore[no-untyped-call]
-    config = AutoConfig.for_model(**shape, bos_token_id=0, eos_token_id=0)
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
-    model.save_pretrained(str(out))
-    fast.save_pretrained(str(out))
-    parameters = sum(p.numel() for p in model.parameters())
+    for path, layers in ((out.with_name(out.name + "-draft"), DRAFT_LAYERS), (out, shape["num_hidden_layers"])):
+        config = AutoConfig.for_model(**(shape | {"num_hidden_layers": layers}), bos_token_id=0, eos_token_id=0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # type: ignore[no-untyped-call]
+        model.save_pretrained(str(path))
+        fast.save_pretrained(str(path))
+        parameters = sum(p.numel() for p in model.parameters())
+        del model
     (out / "parameters.json").write_text(json.dumps({"parameters": parameters}))
 
 
@@ -106,7 +113,8 @@ def run_measured(command: list[str], log: Path) -> tuple[float, float, int]:
 def specdec_command(stage: str, source: Path, out: Path, extra: list[str]) -> list[str]:
     specdec = [str(Path(sys.executable).parent / "specdec")]
     if stage == "export":
-        return [*specdec, "export", str(source), "--no-draft", "-o", str(out), "--force", *extra]
+        draft = source.with_name(source.name + "-draft")
+        return [*specdec, "export", str(source), "--draft", str(draft), "-o", str(out), "--force", *extra]
     command = stage.split("-")[0]
     return [*specdec, command, str(source), "-o", str(out), "--force", *extra]
 
