@@ -346,3 +346,21 @@ def test_graphs_with_external_data_quantize_like_inline_ones(pair_factory, bundl
         records = [dump(b.manifest.quantization)["graphs"]["target"]["layers"] for b in (external, inline)]
         assert records[0] == records[1]
     assert not list(surgered.path.glob("calib-*")) and not list((tmp_path / "awq").glob("calib-*"))
+
+
+def test_large_vocabularies_get_quantized_tables_by_default(bundle_factory, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from specdec.pipeline.quantize import config as config_module
+
+    monkeypatch.setattr(config_module, "LARGE_VOCAB", 256)  # the tiny vocabulary (320) counts as large
+    source = bundle_factory("qwen2")
+    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="rtn", **SMALL), source)
+    graphs = dump(bundle.manifest.quantization)["graphs"]
+    assert graphs["target"]["embeddings"]["model.embed_tokens"]["bits"] == 8
+    assert graphs["draft"]["embeddings"]["model.embed_tokens"]["bits"] == 4
+    float_bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "f", method="rtn", quantize_embeddings=False,
+                                                  **SMALL), source)
+    record = dump(float_bundle.manifest.quantization)["graphs"]["target"]["embeddings"]["model.embed_tokens"]
+    assert record == {**record, "bits": "float", "reason": "--float-embeddings"}
+    sizes = [sum(p.stat().st_size for p in b.path.glob("*.onnx*")) for b in (bundle, float_bundle)]
+    assert sizes[0] < sizes[1]
