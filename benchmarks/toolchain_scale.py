@@ -61,6 +61,7 @@ class Measured:
     size: str
     stage: str
     seconds: float
+    cpu_seconds: float  # user + system: on a shared machine the wall time says more about the others
     peak_rss_gib: float
     exit_code: int
     note: str
@@ -100,14 +101,14 @@ def build_checkpoint(size: str, out: Path) -> None:
     (out / "parameters.json").write_text(json.dumps({"parameters": parameters}))
 
 
-def run_measured(command: list[str], log: Path) -> tuple[float, float, int]:
-    """(seconds, peak RSS in GiB, exit code) of one child process, its output into `log`."""
+def run_measured(command: list[str], log: Path) -> tuple[float, float, float, int]:
+    """(wall seconds, CPU seconds, peak RSS in GiB, exit code) of one child process, its output into `log`."""
     started = time.monotonic()
     with log.open("w") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(process.pid, 0)
         process.returncode = os.waitstatus_to_exitcode(status)
-    return time.monotonic() - started, usage.ru_maxrss / 2**20, process.returncode
+    return time.monotonic() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 2**20, process.returncode
 
 
 def specdec_command(stage: str, source: Path, out: Path, extra: list[str]) -> list[str]:
@@ -125,29 +126,33 @@ def measure(size: str, stages: list[str], work: Path, extra: dict[str, list[str]
     checkpoint = root / "checkpoint"
     results: list[Measured] = []
     if not (checkpoint / "parameters.json").is_file():
-        seconds, rss, code = run_measured([sys.executable, __file__, "--build", size, "--work", str(checkpoint)],
-                                          root / "build.log")
-        results.append(Measured(size, "build checkpoint", seconds, rss, code, ""))
+        seconds, cpu, rss, code = run_measured([sys.executable, __file__, "--build", size, "--work", str(checkpoint)],
+                                               root / "build.log")
+        results.append(Measured(size, "build checkpoint", seconds, cpu, rss, code, ""))
         if code != 0:
             return results
     for stage in stages:
         before, args = STAGES[stage]
         source = checkpoint if before is None else root / before
         out = root / stage
-        seconds, rss, code = run_measured(specdec_command(stage, source, out, [*args, *extra.get(stage, [])]),
-                                          root / f"{stage}.log")
+        seconds, cpu, rss, code = run_measured(specdec_command(stage, source, out, [*args, *extra.get(stage, [])]),
+                                               root / f"{stage}.log")
         tail = (root / f"{stage}.log").read_text().strip().splitlines()[-1:] if code else []
-        results.append(Measured(size, stage, seconds, rss, code, tail[0][:120] if tail else ""))
+        results.append(Measured(size, stage, seconds, cpu, rss, code, tail[0][:120] if tail else ""))
     return results
 
 
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s"
+
+
 def table(results: list[Measured], parameters: dict[str, int]) -> str:
-    lines = ["| shape | parameters | stage | wall | peak RSS | exit |", "|---|---|---|---|---|---|"]
+    lines = ["| shape | parameters | stage | wall | CPU | peak RSS | exit |", "|---|---|---|---|---|---|---|"]
     for r in results:
-        minutes, seconds = divmod(round(r.seconds), 60)
         note = f" ({r.note})" if r.note else ""
-        lines.append(f"| {r.size} | {parameters.get(r.size, 0) / 1e9:.3f}B | {r.stage} | {minutes}m{seconds:02d}s | "
-                     f"{r.peak_rss_gib:.1f} GiB | {r.exit_code}{note} |")
+        lines.append(f"| {r.size} | {parameters.get(r.size, 0) / 1e9:.3f}B | {r.stage} | {_duration(r.seconds)} | "
+                     f"{_duration(r.cpu_seconds)} | {r.peak_rss_gib:.1f} GiB | {r.exit_code}{note} |")
     return "\n".join(lines)
 
 
