@@ -12,6 +12,7 @@ from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import human_bytes, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
+from specdec.pipeline.records.kv_policy import KVCache
 from specdec.pipeline.records.manifest import GraphFlavour
 
 
@@ -30,6 +31,11 @@ def compile_(
                                         "capped at --max-context, which is always the last)."),
     format: OutputFormat = typer.Option(None, "--format", help="onnx, ort or both (npu: onnx, whose variants "
                                         "share weights; ORT format repeats them per variant; cpu: both)."),
+    kv_cache: KVCache = typer.Option(None, "--kv-cache", help="KV cache policy: full (exact) or window (lossy: "
+                                     "--kv-sinks first + --kv-window latest positions, replies past the context; "
+                                     "cpu flavour); the profile's compile.kv_cache."),
+    kv_sinks: int = typer.Option(None, "--kv-sinks", help="window: first positions kept (profile's, 4)."),
+    kv_window: int = typer.Option(None, "--kv-window", help="window: latest positions kept (profile's, 256)."),
     force: options.Force = False,
 ) -> None:
     """Compile the bundle's graphs in a runtime flavour: fused cpu graphs, or npu static q × context variants."""
@@ -54,4 +60,8 @@ def compile_(
         exact = "bitwise in trees" if invariance["tree"] else "bitwise in the exact (chain) layout" \
             if invariance["chain"] else "up to float rounding only"
         err.print(f"speculation on this target is exact {exact} (see `specdec inspect`)")
+    policy = result.manifest.buckets.kv_policy if result.manifest.buckets is not None else None
+    if policy is not None and policy.lossy:
+        note(f"KV cache policy {policy.describe(result.manifest.graphs['target'].dtype)} is lossy: "
+             "the target's output differs from the full cache's (see docs/kv-cache.md)")
     err.print(f"wrote [bold]{result.path}[/]")

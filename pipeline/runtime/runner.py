@@ -13,9 +13,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.runtime.graph import Graph, SessionOptions
 from specdec.pipeline.runtime.kv import KVCache
 from specdec.pipeline.runtime.manifest import GraphInfo
+from specdec.pipeline.runtime.masks import hide_beyond_window
 from specdec.pipeline.runtime.tree import ancestor_matrix
 
 
@@ -99,10 +101,14 @@ def tree_mask(parents: Sequence[int] | np.ndarray, past: int, dtype: np.dtype[An
 
 
 class DynamicRunner:
-    """Dynamic-shape graph: the KV cache grows with every forward and shrinks at commit."""
+    """Dynamic-shape graph: the KV cache grows with every forward and shrinks at commit.
 
-    def __init__(self, info: GraphInfo, options: SessionOptions | None = None) -> None:
+    A window KV `policy` is applied by the mask alone (every row is kept, the ones the policy
+    drops are hidden): the reference the compiled policy's bounded buffers are checked against."""
+
+    def __init__(self, info: GraphInfo, options: SessionOptions | None = None, policy: KVPolicy | None = None) -> None:
         self.info = info
+        self.policy = policy or KVPolicy()
         self.graph = Graph(info, options)
         self.dtype = self.graph.dtype
         self.has_prune = self.graph.has_prune
@@ -121,7 +127,7 @@ class DynamicRunner:
 
     @property
     def max_context(self) -> int:
-        return self.info.max_position_embeddings
+        return self.policy.positions(self.info.max_position_embeddings)
 
     @property
     def kv_bytes(self) -> int:
@@ -149,6 +155,10 @@ class DynamicRunner:
         mask = build_mask(self.dtype, self.graph.mask_min, self.kv.length, width, scratch_visible, new_visible)
         # committed slot i holds position i; scratch slots hold the positions they were fed at
         past = np.concatenate([np.arange(self.kv.length), self._scratch_positions])
+        if self.policy.windowed:
+            keys = np.concatenate([past, np.asarray(positions).reshape(-1)])
+            mask = hide_beyond_window(mask, positions, keys, self.policy.window, self.graph.mask_min,
+                                      self.policy.sinks)
         logits, present, extras = self.graph.forward(ids, positions, mask, self.kv.layers, extra_inputs,
                                                      extra_outputs, with_logits, past_positions=past)
         self.kv.absorb(present)

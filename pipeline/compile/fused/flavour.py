@@ -59,7 +59,8 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                 raise BundleError(f"the {role} graph has no architecture record", "re-export the bundle")
             weights = read_decoder(load_graph(source.graph_path(role)), num_kv_heads=spec.num_kv_heads,
                                    head_dim=spec.head_dim, dtype=spec.dtype, decoder=spec.decoder)
-            model = build_decoder(weights, max_positions=settings.max_context)
+            # a window KV policy decodes past the context: its rotary tables reach the policy's positions
+            model = build_decoder(weights, max_positions=settings.kv_policy.positions(settings.max_context))
             custom = manifest.custom_ops.graphs.get(role) if manifest.custom_ops is not None else None
             if custom is not None:  # the op surgery put after the logits goes after the new logits
                 rule = BY_ROLE[role]
@@ -93,6 +94,7 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                 (out / graph.file).unlink()
                 graph.file = graph.ort_file
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=0, format=settings.format,
-                                   profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs)
+                                   profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs,
+                                   kv_policy=settings.kv_policy)
     report["max_abs_diff"] = validation
     manifest.reports["compile"] = report
