@@ -36,6 +36,8 @@ def compile_(
                                      "cpu flavour); the profile's compile.kv_cache."),
     kv_sinks: int = typer.Option(None, "--kv-sinks", help="window: first positions kept (profile's, 4)."),
     kv_window: int = typer.Option(None, "--kv-window", help="window: latest positions kept (profile's, 256)."),
+    kv_calib: Path = typer.Option(None, "--kv-calib", help="Text to measure a lossy KV policy on against the full "
+                                  "cache (mismatch rate, perplexity); quantize's default calibration text."),
     force: options.Force = False,
 ) -> None:
     """Compile the bundle's graphs in a runtime flavour: fused cpu graphs, or npu static q × context variants."""
@@ -62,6 +64,9 @@ def compile_(
         err.print(f"speculation on this target is exact {exact} (see `specdec inspect`)")
     policy = result.manifest.buckets.kv_policy if result.manifest.buckets is not None else None
     if policy is not None and policy.lossy:
-        note(f"KV cache policy {policy.describe(result.manifest.graphs['target'].dtype)} is lossy: "
-             "the target's output differs from the full cache's (see docs/kv-cache.md)")
+        quality = report.get("kv_quality", {})
+        note(f"KV cache policy {policy.describe(result.manifest.graphs['target'].dtype)} is lossy: against the full "
+             f"cache on {quality.get('tokens')} calibration tokens, {quality.get('mismatch_rate', 0):.1%} of greedy "
+             f"tokens differ ({quality.get('mismatch_rate_past_reach', 0):.1%} past its reach), perplexity "
+             f"{quality.get('perplexity_full', 0):.3f} -> {quality.get('perplexity_policy', 0):.3f}")
     err.print(f"wrote [bold]{result.path}[/]")

@@ -34,6 +34,7 @@ class CompileSettings:
     notes: tuple[str, ...] = ()  # adjustments the user should hear about (a clamped default)
     warnings: tuple[str, ...] = ()  # and ones they should heed (a flavour the model cannot have)
     kv_policy: KVPolicy = field(default_factory=KVPolicy)
+    kv_calib: Path | None = None  # the text a lossy policy's quality is measured on
 
     def record(self) -> dict[str, Any]:
         """The lineage's compile config: what was built (the flavour, the clamped context), not what was asked."""
@@ -67,6 +68,7 @@ class CompileConfig:
     kv_cache: KVCache | None = None
     kv_sinks: int | None = None  # window: the first positions kept (profile's, 4)
     kv_window: int | None = None  # window: the latest positions kept (profile's, 256)
+    kv_calib: Path | None = None  # text to measure a lossy policy on; the quantize stage's default text
     force: bool = False
 
     def resolve(self, model_context: int | None = None) -> CompileSettings:
@@ -98,7 +100,8 @@ class CompileConfig:
             contexts = (*(c for c in given if c < context), context)
         output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
         return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, output_format,
-                               self.profile, contexts, notes, kv_policy=self._kv_policy(spec, flavour, context))
+                               self.profile, contexts, notes, kv_policy=self._kv_policy(spec, flavour, context),
+                               kv_calib=self.kv_calib)
 
     def _kv_policy(self, spec: profiles.CompileSpec, flavour: GraphFlavour, context: int) -> KVPolicy:
         cache = self.kv_cache or spec.kv_cache

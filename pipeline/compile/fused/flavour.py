@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specdec.pipeline.bundle import Bundle, Manifest
+from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
 from specdec.pipeline.compile.fused.builder import build_decoder
 from specdec.pipeline.compile.fused.validate import validate_fused
@@ -80,6 +81,10 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                                               int8_compute=quantized is not None and quantized.accuracy_level >= 4)
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
+                if settings.kv_policy.lossy:  # what the policy costs against the full cache
+                    tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
+                    report["kv_quality"] = kv_quality.measure(replace(dynamic[role], file=path), path,
+                                                              settings.max_context, settings.kv_policy, tokens)
             inputs, outputs = describe_io(path)
             graphs[role] = FusedGraph(f"{FUSED_DIR}/{role}.onnx", None, inputs, outputs, ops)
             task.advance()

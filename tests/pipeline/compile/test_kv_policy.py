@@ -45,6 +45,11 @@ def test_the_policy_is_recorded_and_bounds_the_buffers(windowed: Bundle) -> None
     table = windowed.manifest.buckets
     assert table is not None and table.kv_policy == KVPolicy(KVCache.window, sinks=SINKS, window=WINDOW)
     assert table.kv_policy.lossy and windowed.manifest.lineage[-1].config["kv_window"] == WINDOW
+    quality = windowed.manifest.reports["compile"]["kv_quality"]  # measured against the full cache
+    assert quality["tokens"] >= CONTEXT - 1 and quality["positions_past_reach"] > 0
+    assert 0 <= quality["mismatch_rate"] <= quality["mismatch_rate_past_reach"] <= 1
+    assert quality["perplexity_full"] > 1 and quality["perplexity_policy"] > 1
+    assert quality["perplexity_delta"] == pytest.approx(quality["perplexity_policy"] - quality["perplexity_full"])
     engine = Engine(windowed.path)
     assert isinstance(engine.target, FusedRunner)
     assert engine.max_context == CONTEXT * POSITIONS_PER_CONTEXT
@@ -136,3 +141,23 @@ def test_bad_policies_are_one_line_errors(surgered_bundle, tmp_path: Path) -> No
     with pytest.raises(InputError, match="applies to .*window only"):
         compile_bundle(CompileConfig(output=tmp_path / "c", target=GraphFlavour.cpu, kv_sinks=2), surgered_bundle)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_cli_compiles_a_window_policy_and_inspect_shows_it(surgered_bundle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from typer.testing import CliRunner
+
+    from specdec.cli.app import app
+
+    runner = CliRunner()
+    out = tmp_path / "w"
+    result = runner.invoke(app, ["compile", str(surgered_bundle.path), "-o", str(out), "--target", "cpu",
+                                 "--format", "onnx", "--max-context", str(CONTEXT), "--kv-cache", "window",
+                                 "--kv-sinks", "2", "--kv-window", "12"])
+    assert result.exit_code == 0, result.output
+    assert "is lossy" in result.output and "perplexity" in result.output
+    shown = runner.invoke(app, ["inspect", str(out)])
+    assert shown.exit_code == 0 and "KV cache: window S=2 W=12 float32 (lossy)" in shown.output
+    assert f"replies up to {CONTEXT * POSITIONS_PER_CONTEXT} positions" in shown.output
+    bad = runner.invoke(app, ["compile", str(surgered_bundle.path), "-o", str(tmp_path / "x"), "--target", "cpu",
+                              "--kv-sinks", "2"])
+    assert bad.exit_code != 0 and "--kv-sinks applies to --kv-cache window only" in bad.output
