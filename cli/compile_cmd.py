@@ -12,7 +12,7 @@ from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import human_bytes, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
-from specdec.pipeline.records.kv_policy import KVCache
+from specdec.pipeline.records.kv_policy import KVCache, KVDtype
 from specdec.pipeline.records.manifest import GraphFlavour
 
 
@@ -36,6 +36,8 @@ def compile_(
                                      "cpu flavour); the profile's compile.kv_cache."),
     kv_sinks: int = typer.Option(None, "--kv-sinks", help="window: first positions kept (profile's, 4)."),
     kv_window: int = typer.Option(None, "--kv-window", help="window: latest positions kept (profile's, 256)."),
+    kv_dtype: KVDtype = typer.Option(None, "--kv-dtype", help="KV rows: float32 (exact) or int8 (lossy, a quarter "
+                                     "of the bytes, per-channel scales calibrated here; cpu flavour); the profile's."),
     kv_calib: Path = typer.Option(None, "--kv-calib", help="Text to measure a lossy KV policy on against the full "
                                   "cache (mismatch rate, perplexity); quantize's default calibration text."),
     force: options.Force = False,

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, DecodeConfig, DrafterKind, PruneParams
-from specdec.pipeline.records.kv_policy import KVCache
+from specdec.pipeline.records.kv_policy import KVCache, KVDtype
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.strict_model import StrictModel, validate_model
 
@@ -118,6 +118,7 @@ class CompileSpec(StrictModel):
     kv_cache: KVCache = KVCache.full
     kv_sinks: int = Field(4, ge=0)
     kv_window: int = Field(256, ge=1)
+    kv_dtype: KVDtype = KVDtype.float32  # int8: a quarter of the bytes, lossy
 
     @model_validator(mode="after")
     def _increasing(self) -> CompileSpec:

@@ -92,7 +92,8 @@ def kv_cache(manifest: Manifest) -> dict[str, Any]:
     and one value row per layer, per role) and the slots a runner holds at most."""
     table = manifest.buckets
     policy = table.kv_policy if table is not None else KVPolicy()
-    per_token = {role: kv_bytes_per_token(g.num_layers, g.num_kv_heads, g.head_dim, np.dtype(g.dtype).itemsize)
+    per_token = {role: kv_bytes_per_token(g.num_layers, g.num_kv_heads, g.head_dim,
+                                          1 if policy.quantized else np.dtype(g.dtype).itemsize)
                  for role, g in manifest.graphs.items()}
     context = table.max_context if table is not None else min(g.max_position_embeddings
                                                               for g in manifest.graphs.values())

@@ -63,12 +63,13 @@ def _nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
     return np.asarray(logz - shifted[np.arange(targets.size), targets])
 
 
-def measure(info: GraphInfo, graph: Path, max_context: int, policy: KVPolicy, tokens: list[int],
+def measure(info: GraphInfo, reference: Path, graph: Path, max_context: int, policy: KVPolicy, tokens: list[int],
             windows: int = 4) -> dict[str, Any]:
-    """The quality report of `policy` against the full cache on up to `windows` windows of `tokens`."""
+    """The quality report of `policy` (the fused `graph`) against the full float cache (the fused
+    `reference`, the same file unless the policy changed the graph) on up to `windows` windows of `tokens`."""
     length = min(max_context, len(tokens))
     options = SessionOptions(threads=1)
-    full = FusedRunner(info, graph, max_context, options)
+    full = FusedRunner(info, reference, max_context, options)
     lossy = FusedRunner(info, graph, max_context, options, policy=policy)
     reach = policy.sinks + policy.window if policy.windowed else 0  # positions before it are exact
     differ, past, nll_full, nll_policy = [], [], [], []

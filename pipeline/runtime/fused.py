@@ -43,6 +43,8 @@ class FusedRunner:
         policy = policy or KVPolicy()
         self.policy = policy
         capacity = policy.positions(capacity)
+        # an int8 policy's graphs read and write int8 rows (GroupQueryAttention scales them)
+        self.kv_dtype = np.dtype(np.int8) if policy.quantized else np.dtype(info.dtype)
         self.session = make_session(path, options or SessionOptions(), threads_by_size=False)
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name for o in self.session.get_outputs()}
@@ -59,7 +61,7 @@ class FusedRunner:
             bounded = window is None and policy.windowed
             group = LayerGroup.make([i for i, w in enumerate(windows) if w == window],
                                     policy.window if bounded else window, capacity, info.num_kv_heads,
-                                    info.head_dim, self.dtype, sinks=policy.sinks if bounded else 0,
+                                    info.head_dim, self.kv_dtype, sinks=policy.sinks if bounded else 0,
                                     prefix="" if window is None else "sliding_")
             if group.bias not in inputs:
                 raise GenerationError(f"the fused {info.role} graph has no input '{group.bias}' for its layers "

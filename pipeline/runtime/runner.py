@@ -24,6 +24,7 @@ from specdec.pipeline.runtime.tree import ancestor_matrix
 class Runner(Protocol):
     info: GraphInfo
     dtype: np.dtype
+    kv_dtype: np.dtype  # of the KV rows (int8 under an int8 KV policy)
     has_prune: bool
     has_verify: bool
     last_bytes_out: int
@@ -111,6 +112,7 @@ class DynamicRunner:
         self.policy = policy or KVPolicy()
         self.graph = Graph(info, options)
         self.dtype = self.graph.dtype
+        self.kv_dtype = self.dtype
         self.has_prune = self.graph.has_prune
         self.has_verify = self.graph.has_verify
         self.kv = KVCache(info)

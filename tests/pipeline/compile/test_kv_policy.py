@@ -14,7 +14,7 @@ from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.errors import GenerationError, InputError
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
-from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVPolicy
+from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVDtype, KVPolicy
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.fused_kv import ROUND_ROWS
@@ -161,3 +161,45 @@ def test_cli_compiles_a_window_policy_and_inspect_shows_it(surgered_bundle, tmp_
     bad = runner.invoke(app, ["compile", str(surgered_bundle.path), "-o", str(tmp_path / "x"), "--target", "cpu",
                               "--kv-sinks", "2"])
     assert bad.exit_code != 0 and "--kv-sinks applies to --kv-cache window only" in bad.output
+
+
+def test_bench_decodes_past_the_context_under_the_window(windowed: Bundle, tmp_path: Path) -> None:
+    from specdec.pipeline.bench.stage import BenchConfig, run_bench
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n{"id": "b", "input_ids": [9, 10, 11, 12]}\n')
+    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts, max_new_tokens=3 * CONTEXT,
+                                    repeats=1, tune=False), windowed)
+    results = outcome.results
+    assert results.lossless.checked and results.lossless.equal
+    memory = results.memory
+    assert memory is not None and memory.kv_policy == f"window S={SINKS} W={WINDOW} float32"
+    assert max(r.tokens for r in memory.replies) > CONTEXT  # past the compiled context
+    bound = (SINKS + 2 * WINDOW + ROUND_ROWS) * memory.kv_bytes_per_token  # type: ignore[operator]
+    assert all(r.kv_bytes <= bound for r in memory.replies)
+
+
+@pytest.fixture(scope="module")
+def int8(surgered_bundle, tmp_path_factory) -> Bundle:  # type: ignore[no-untyped-def]
+    config = CompileConfig(output=tmp_path_factory.mktemp("kv") / "int8", target=GraphFlavour.cpu, max_context=CONTEXT,
+                           format=OutputFormat.onnx, kv_dtype=KVDtype.int8)
+    return compile_bundle(config, surgered_bundle)
+
+
+def test_int8_rows_are_a_quarter_of_the_bytes_and_speculation_stays_exact(int8: Bundle,  # type: ignore[no-untyped-def]
+                                                                          bench_bundle_cpu: Bundle) -> None:
+    table = int8.manifest.buckets
+    assert table is not None and table.kv_policy.quantized and table.kv_policy.lossy
+    assert not list((int8.path / "cpu").glob("*float*"))  # the float graph it was calibrated on is gone
+    quality = int8.manifest.reports["compile"]["kv_quality"]
+    assert quality["policy"] == "full int8" and 0 <= quality["mismatch_rate"] <= 1
+    assert abs(quality["perplexity_delta"]) < 0.5 * quality["perplexity_full"]  # close to the float cache
+    engine, float_engine = Engine(int8.path), Engine(bench_bundle_cpu.path)
+    assert isinstance(engine.target, FusedRunner) and engine.target.kv_dtype == np.int8
+    per_row = engine.target.kv_bytes / engine.target.max_context
+    assert per_row <= 0.3 * float_engine.target.kv_bytes / float_engine.target.max_context
+    engine.eos = set()
+    for prompt in ([5, 6, 7], list(range(3, 30))):
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=30, speculative=False))
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=30))
+        assert spec.output_ids == plain.output_ids
