@@ -79,7 +79,8 @@ def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) ->
         if graph is None:
             raise BundleError(f"compiled bundle '{bundle.path}' has no fused {info.role} graph",
                               "re-run `specdec compile`")
-        return FusedRunner(info, bundle.path / graph.runtime_file, buckets.max_context, options)
+        return FusedRunner(info, bundle.path / graph.runtime_file, buckets.max_context, options,
+                           policy=buckets.kv_policy)
     from specdec.pipeline.runtime.static import StaticRunner
 
     return StaticRunner(info, bundle, options)
