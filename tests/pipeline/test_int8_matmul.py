@@ -128,3 +128,22 @@ def test_on_an_avx2_cpu_without_vnni_only_seven_bit_weights_are_exact() -> None:
     run = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", _SATURATION_PROBE], capture_output=True,
                          text=True, timeout=600, check=True)
     assert run.stdout.split() == ["127", "False", "63", "True"]
+
+
+def test_the_runtime_refuses_eight_bit_weights_on_x86_without_vnni() -> None:
+    from specdec.pipeline.errors import BundleError
+    from specdec.pipeline.records.manifest import GraphQuantization, Quantization
+    from specdec.pipeline.runtime.int8_range import check_weight_range
+
+    def bundle(bits: int, fmt: str = "w8a8") -> Quantization:
+        graph = GraphQuantization(method="rtn", group_size="channel", symmetric=True, accuracy_level=0, embeddings={},
+                                  summary={}, layers={}, weight_bits=bits)
+        return Quantization(format=fmt, domain="ai.onnx", graphs={"target": graph})
+
+    haswell = "processor : 0\nflags : fpu sse2 avx avx2 fma\n"
+    with pytest.raises(BundleError, match="saturate this CPU"):
+        check_weight_range(bundle(8), machine="x86_64", cpuinfo=haswell)
+    check_weight_range(bundle(7), machine="x86_64", cpuinfo=haswell)
+    check_weight_range(bundle(8), machine="x86_64", cpuinfo="flags : avx2 avx_vnni\n")
+    check_weight_range(bundle(8), machine="aarch64", cpuinfo="Features : asimd asimddp\n")
+    check_weight_range(None, machine="x86_64", cpuinfo=haswell)
