@@ -28,6 +28,7 @@ def bench(
     adb_host: options.AdbHost = None,
     adb_port: options.AdbPort = None,
     prompts: options.Prompts = None,
+    chat: options.Chat = False,
     limit: int = typer.Option(None, "--limit", help="Use the first N prompts only."),
     max_new_tokens: options.MaxNewTokens = None,
     repeats: int = typer.Option(1, "--repeats", help="Times each prompt runs in each mode."),
@@ -59,7 +60,7 @@ def bench(
     config = options.config_from(BenchConfig, locals(), controllers=parse_controllers(controllers),
                                  asserts=tuple(asserts or ()))
     source = Bundle.load(bundle)
-    progress = RichProgress()
+    progress = RichProgress(stage="bench")
     # Opened at the runner's first event: the runtime push before it draws bars of its own.
     with contextlib.ExitStack() as bars:
         tasks: list[Task] = []

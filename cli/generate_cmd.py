@@ -48,6 +48,7 @@ def generate(
     bundle: Path = typer.Argument(..., help="Bundle directory (any stage); every file's sha256 is checked first."),
     prompt: str = typer.Option(None, "--prompt", "-p", help="Text to continue; streamed to the terminal."),
     prompts: options.Prompts = None,
+    chat: options.Chat = False,
     output: Path = typer.Option(None, "--output", "-o", help="JSONL file to write replies to (with --prompts)."),
     force: options.Force = False,
     max_new_tokens: options.MaxNewTokens = None,
@@ -99,7 +100,7 @@ def generate(
     generator = Generator(loaded, threads=local_threads(request.threads, device))
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:
-        ids = generator.prepare(items, config, truncate)[0]  # checked before the prompt is echoed
+        ids = generator.prepare(items, config, truncate, request.chat)[0]  # checked before the prompt is echoed
         out.print(prompt, end="", style="dim", highlight=False, markup=False)
         reply, _ = generator.run(ids, config, controller=controller,
                                  on_text=lambda text: out.print(text, end="", highlight=False, markup=False))
@@ -109,8 +110,9 @@ def generate(
             note(f"stopped: the bundle's context of {generator.engine.max_context} tokens is full")
     else:
         records = []
-        with staged, RichProgress().task("generating", total=len(items)) as task:
-            for record in generator.run_all(items, config, truncate=truncate, controller=controller):
+        with staged, RichProgress(stage="generate").task("generating", total=len(items)) as task:
+            for record in generator.run_all(items, config, truncate=truncate, chat=request.chat,
+                                             controller=controller):
                 staged.write(json.dumps(record) + "\n")
                 records.append(record)
                 rows.append((record["id"], record["stats"]))

@@ -81,6 +81,9 @@ Threads = Annotated[int | None, typer.Option(
 Prompts = Annotated[Path | None, typer.Option(
     "--prompts", help="JSONL prompts, one {\"id\", \"text\" or \"input_ids\"} object per line (bench's default: the "
                       "demo's held-out prompts).")]
+Chat = Annotated[bool, typer.Option(
+    "--chat", help="Apply the bundle's chat template (from the checkpoint's tokenizer files): each text prompt is one "
+                   "user message. Prompt-file lines with \"messages\" always use it.")]
 Calib = Annotated[Path | None, typer.Option(
     "--calib", help="Calibration data. bench/tune: prompts to tune on (JSONL; default: held-out prompts the run "
                     "does not measure); quantize: text, or JSONL with 'text' or 'input_ids' lines (default: built-in "

@@ -51,8 +51,10 @@ def quantize(
     eval_file: Path = typer.Option(None, "--eval", help="Text for perplexity (default: held-out calibration slice)."),
     max_ppl_increase: float = typer.Option(None, "--max-ppl-increase",
                                            help="Fail when a graph's perplexity rises by more than this percent."),
-    quantize_embeddings: bool = typer.Option(False, "--quantize-embeddings",
-                                             help="Embedding tables to GatherBlockQuantized (target 8, draft 4 bits)."),
+    quantize_embeddings: bool = typer.Option(
+        None, "--quantize-embeddings/--float-embeddings",
+        help="Embedding tables to GatherBlockQuantized (target 8, draft 4 bits), or keep them float (default: "
+             "quantized for vocabularies of 32k tokens or more)."),
     w8a8_weight_bits: int = typer.Option(7, "--w8a8-weight-bits",
                                          help="w8a8 weight range: 7 (+-63, exact on every CPU) or 8 (+-127: only "
                                               "where no kernel sums pairs in saturating int16 — x86 with VNNI, "
@@ -63,7 +65,7 @@ def quantize(
     """Quantize target and draft weights (INT4/INT8 MatMulNBits with RTN, GPTQ or AWQ, or w8a8) with a quality
     report."""
     config = options.config_from(QuantizeConfig, locals(), keep_float=tuple(keep_float or ()))
-    result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress())
+    result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="quantize"))
     report = result.manifest.reports["quantize"]
     assert result.manifest.quantization is not None
     err.print(quality_table(report, result.manifest.quantization))

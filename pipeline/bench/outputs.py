@@ -17,6 +17,7 @@ from specdec.pipeline.bench import analysis, plots, report, trace
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.devices.sensors import thermal_events
 from specdec.pipeline.ondevice.orchestrate import DeviceRun
+from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.prompts import BenchPrompt
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.decode import VerifyMode
@@ -39,6 +40,10 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
     mode = settings.config.effective_mode
     result = analysis.analyze(run.events, run.sensors, greedy_equivalent=mode is not VerifyMode.rrs)
     manifest = bundle.manifest
+    memory = result.memory
+    memory.weights_bytes = sum((bundle.path / rel).stat().st_size for rel in bundle_files(bundle))
+    memory.kv_policy = kv_policy_name(bundle)
+    result.figures.weights_mb = memory.weights_bytes / 2**20
     return BenchResults(
         tool_version=__version__,
         created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -63,7 +68,14 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
         controllers=_controller_summary(run.events),
         warnings=run.warnings + (run.sensors.warnings if run.sensors else []),
         runtime=dict(run.runtime),
+        memory=memory,
     )
+
+
+def kv_policy_name(bundle: Bundle) -> str:
+    """The bundle's KV cache policy in words, e.g. "full float32"."""
+    graph = bundle.manifest.graphs["target"]
+    return f"full {graph.dtype}"
 
 
 def enable_rule(events: list[dict[str, Any]], prompts: list[BenchPrompt], gain: float | None,
@@ -120,3 +132,5 @@ def write_outputs(directory: Path, results: BenchResults, run: DeviceRun, figure
         plots.accepted_histogram(results.details, directory / "accepted_length.png")
     if run.sensors is not None:
         plots.power_and_temperature(run.sensors, directory / "power_temperature.png")
+    if results.memory is not None and results.memory.replies:
+        plots.memory_by_length(results.memory, directory / "memory.png")
