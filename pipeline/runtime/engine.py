@@ -30,6 +30,7 @@ from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMod
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.int8_range import check_weight_range
 from specdec.pipeline.runtime.lookup import LookupDrafter, ModelLookupDrafter
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.runtime.model_drafter import ModelDrafter
@@ -89,6 +90,7 @@ def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) ->
 class Engine:
     def __init__(self, bundle: str | Path | BundleInfo, options: SessionOptions | None = None) -> None:
         self.info = bundle if isinstance(bundle, BundleInfo) else read_bundle(bundle)
+        check_weight_range(self.info.quantization)
         options = options or SessionOptions()
         self.target = make_runner(self.info.graphs["target"], self.info, options)
         self.vocab = self.info.graphs["target"].vocab_size
