@@ -63,6 +63,9 @@ class DraftConfig:
                              "give the draft's size either as a fraction or as a layer count")
         checks = [
             ("size", self.size is None or 0 < self.size <= 1, "pass a fraction such as 0.1"),
+            ("layers", self.layers is None or self.layers >= 1, "pass 1 or more"),
+            ("heads", self.heads is None or self.heads >= 1, "pass 1 or more KV heads"),
+            ("ffn", self.ffn is None or (self.ffn >= 64 and self.ffn % 64 == 0), "pass a multiple of 64"),
             ("minutes", self.minutes is None or self.minutes > 0, "pass a positive number of minutes"),
             ("steps", self.steps is None or self.steps >= 1, "pass 1 or more"),
             ("samples", self.samples >= 8, "pass 8 or more"),
