@@ -28,6 +28,7 @@ def bench(
     adb_host: options.AdbHost = None,
     adb_port: options.AdbPort = None,
     prompts: options.Prompts = None,
+    chat: options.Chat = False,
     limit: int = typer.Option(None, "--limit", help="Use the first N prompts only."),
     max_new_tokens: options.MaxNewTokens = None,
     repeats: int = typer.Option(1, "--repeats", help="Times each prompt runs in each mode."),
@@ -45,6 +46,11 @@ def bench(
                                    "and the acceptance first and plan the tree (else: profile/scenario tree)."),
     calib: options.Calib = None,
     exact_layout: options.ExactLayout = None,
+    ban: options.Ban = None,
+    ban_policy: options.BanPolicyOption = None,
+    refusal: options.Refusal = None,
+    json_schema: options.JsonSchema = None,
+    regex: options.Regex = None,
     threads: options.Threads = None,
     python: options.Python = None,
     runtime: options.Runtime = None,
@@ -57,9 +63,10 @@ def bench(
 ) -> None:
     """Run plain vs speculative decoding on a device; write results.json, summary.md, plots, trace.json."""
     config = options.config_from(BenchConfig, locals(), controllers=parse_controllers(controllers),
-                                 asserts=tuple(asserts or ()))
+                                 asserts=tuple(asserts or ()), ban=options.read_ban(ban),
+                                 json_schema=options.read_json_schema(json_schema))
     source = Bundle.load(bundle)
-    progress = RichProgress()
+    progress = RichProgress(stage="bench")
     # Opened at the runner's first event: the runtime push before it draws bars of its own.
     with contextlib.ExitStack() as bars:
         tasks: list[Task] = []

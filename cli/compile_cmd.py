@@ -36,7 +36,7 @@ def compile_(
     config = options.config_from(CompileConfig, locals(), buckets=options.parse_sizes(buckets, "buckets"),
                                  draft_buckets=options.parse_sizes(draft_buckets, "draft_buckets"),
                                  context_buckets=options.parse_sizes(context_buckets, "context_buckets"))
-    result = compile_bundle(config, Bundle.load(bundle), progress=RichProgress())
+    result = compile_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="compile"))
     report = result.manifest.reports["compile"]
     worst = max(report["max_abs_diff"].values())
     if "readiness" in report:

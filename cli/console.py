@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -13,7 +15,14 @@ from typing import Any, TypeVar
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.progress import Progress as RichProgressBar
 
 from specdec.pipeline.errors import InputError, SpecdecError
@@ -161,26 +170,114 @@ class _RichTask:
         self.bar.update(self.task_id, description=description)
 
 
-class RichProgress:
-    """`specdec.pipeline.progress.Progress` drawn with rich on stderr."""
+# Without a terminal (a log file, a pipe, CI) a bar is invisible: a plain line at least this often.
+PLAIN_INTERVAL_S = 30.0
 
-    def __init__(self, enabled: bool = True) -> None:
+
+def format_duration(seconds: float) -> str:
+    """12s, 3m05s, 1h02m: short enough for a log line."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+class _PlainTask:
+    """A task reported as plain lines: one when it starts, one every `interval` seconds while it runs
+    (from a timer thread, so a long call that never advances still shows it is alive), one at the end."""
+
+    def __init__(self, stage: str, description: str, total: int | None, interval: float,
+                 clock: Callable[[], float]) -> None:
+        self.stage = stage
+        self.description = description
+        self.total = total
+        self.completed = 0
+        self.clock = clock
+        self.started = clock()
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="specdec-progress", daemon=True)
+
+    def advance(self, steps: int = 1) -> None:
+        self.completed += steps
+
+    def describe(self, description: str) -> None:
+        self.description = description
+
+    def line(self) -> str:
+        """`stage: what k/n elapsed 1m20s eta 4m10s` (k/n and eta where the task has a total)."""
+        elapsed = self.clock() - self.started
+        parts = [f"{self.stage}: {self.description}" if self.stage else self.description]
+        if self.total:
+            parts.append(f"{min(self.completed, self.total)}/{self.total}")
+        parts.append(f"elapsed {format_duration(elapsed)}")
+        if self.total and 0 < self.completed < self.total:
+            parts.append(f"eta {format_duration(elapsed / self.completed * (self.total - self.completed))}")
+        return " ".join(parts)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            _plain(self.line())
+
+    def __enter__(self) -> _PlainTask:
+        _plain(self.line())
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _plain(text: str) -> None:
+    err.print(escape(text), highlight=False, soft_wrap=True)
+
+
+class RichProgress:
+    """`specdec.pipeline.progress.Progress` on stderr: a rich bar on a terminal, plain lines otherwise.
+
+    `stage` names the command in the plain lines (`quantize: target: awq on 112 layers 5/112 ...`).
+    Tasks opened while another runs (calibration inside a graph's quantization) share one bar:
+    rich draws one live display per console.
+    """
+
+    def __init__(self, enabled: bool = True, stage: str = "", interval: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.enabled = enabled
+        self.stage = stage
+        self.interval = PLAIN_INTERVAL_S if interval is None else interval
+        self.clock = clock
+        self._bar: RichProgressBar | None = None
 
     @contextmanager
-    def task(self, description: str, total: int | None = None) -> Iterator[_RichTask]:
-        bar = RichProgressBar(
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-            disable=not (self.enabled and err.is_terminal),
-        )
-        with bar:
+    def task(self, description: str, total: int | None = None) -> Iterator[_RichTask | _PlainTask]:
+        if not self.enabled:
+            with RichProgressBar(console=err, disable=True) as bar:
+                yield _RichTask(bar, bar.add_task(description, total=total))
+            return
+        if not err.is_terminal:
+            plain = _PlainTask(self.stage, description, total, self.interval, self.clock)
+            with plain:
+                yield plain
+            err.print(f"[green]✓[/] {escape(description)} ({format_duration(self.clock() - plain.started)})",
+                      highlight=False)
+            return
+        if self._bar is not None:  # nested: a row of the running bar
+            bar = self._bar
             task_id = bar.add_task(description, total=total)
-            yield _RichTask(bar, task_id)
-        if self.enabled:
-            err.print(f"[green]✓[/] {description}")
+            try:
+                yield _RichTask(bar, task_id)
+            finally:
+                bar.remove_task(task_id)
+            return
+        bar = RichProgressBar(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True)
+        self._bar = bar
+        try:
+            with bar:
+                yield _RichTask(bar, bar.add_task(description, total=total))
+        finally:
+            self._bar = None
+        err.print(f"[green]✓[/] {escape(description)}")

@@ -28,7 +28,7 @@ def export(
     """Export a Hugging Face target (+ draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
                           force=force, validate=validate)
-    bundle = export_bundle(config, progress=RichProgress())
+    bundle = export_bundle(config, progress=RichProgress(stage="export"))
     report = bundle.manifest.reports.get("export", {}).get("validation")
     if isinstance(report, dict):
         worst = max((c["max_abs_diff"] for r in report.values() for c in r["checks"]), default=0.0)

@@ -48,6 +48,7 @@ def generate(
     bundle: Path = typer.Argument(..., help="Bundle directory (any stage); every file's sha256 is checked first."),
     prompt: str = typer.Option(None, "--prompt", "-p", help="Text to continue; streamed to the terminal."),
     prompts: options.Prompts = None,
+    chat: options.Chat = False,
     output: Path = typer.Option(None, "--output", "-o", help="JSONL file to write replies to (with --prompts)."),
     force: options.Force = False,
     max_new_tokens: options.MaxNewTokens = None,
@@ -70,12 +71,18 @@ def generate(
                                           "unless the plan chose plain decoding)."),
     truncate: bool = typer.Option(False, "--truncate", help="Keep the end of prompts longer than the context."),
     exact_layout: options.ExactLayout = None,
+    ban: options.Ban = None,
+    ban_policy: options.BanPolicyOption = None,
+    refusal: options.Refusal = None,
+    json_schema: options.JsonSchema = None,
+    regex: options.Regex = None,
     threads: options.Threads = None,
     stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
 ) -> None:
     """Stream text with speculative decoding from any bundle."""
     chosen = parse_controllers(controllers) if controllers is not None else ()
-    request = options.config_from(GenerateConfig, locals(), controllers=chosen)
+    request = options.config_from(GenerateConfig, locals(), controllers=chosen, ban=options.read_ban(ban),
+                                  json_schema=options.read_json_schema(json_schema))
     if (prompt is None) == (prompts is None):
         raise InputError("pass exactly one of --prompt TEXT or --prompts FILE.jsonl", "see `specdec generate --help`")
     if prompts is not None and output is None:
@@ -97,9 +104,10 @@ def generate(
         warn(adjustment)
     controller = host_controllers(request.controllers, device, template, settings)
     generator = Generator(loaded, threads=local_threads(request.threads, device))
+    generator.engine.constraints_for(config)  # a bad schema or pattern fails here, before the prompt is echoed
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:
-        ids = generator.prepare(items, config, truncate)[0]  # checked before the prompt is echoed
+        ids = generator.prepare(items, config, truncate, request.chat)[0]  # checked before the prompt is echoed
         out.print(prompt, end="", style="dim", highlight=False, markup=False)
         reply, _ = generator.run(ids, config, controller=controller,
                                  on_text=lambda text: out.print(text, end="", highlight=False, markup=False))
@@ -109,8 +117,9 @@ def generate(
             note(f"stopped: the bundle's context of {generator.engine.max_context} tokens is full")
     else:
         records = []
-        with staged, RichProgress().task("generating", total=len(items)) as task:
-            for record in generator.run_all(items, config, truncate=truncate, controller=controller):
+        with staged, RichProgress(stage="generate").task("generating", total=len(items)) as task:
+            for record in generator.run_all(items, config, truncate=truncate, chat=request.chat,
+                                             controller=controller):
                 staged.write(json.dumps(record) + "\n")
                 records.append(record)
                 rows.append((record["id"], record["stats"]))

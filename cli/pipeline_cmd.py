@@ -34,7 +34,7 @@ def pipeline(
             for text in bundle.manifest.reports.get("compile", {}).get("notes", []):
                 note(text)
 
-    bundle, outcome = run_pipeline(config, RichProgress(), report)
+    bundle, outcome = run_pipeline(config, RichProgress(stage="pipeline"), report)
     if outcome is None:
         err.print(f"done: {bundle.path}")
         return

@@ -120,6 +120,11 @@ def results_table(results: BenchResults) -> Table:
     table.add_row("reply latency ms", _fmt(details.reply_ms.plain), _fmt(f.reply_ms))
     table.add_row("TTFT ms", _fmt(plain_ttft.mean if plain_ttft else None), _fmt(f.ttft_ms))
     table.add_row("energy / token mJ", _fmt(f.plain_energy_per_token_mj), _fmt(f.energy_per_token_mj))
+    table.add_row("peak RSS MiB", _fmt(f.plain_peak_memory_mb), _fmt(f.peak_memory_mb))
+    policy = results.memory.kv_policy if results.memory is not None else "?"
+    table.add_row(f"KV ({policy}): B/token | MiB at the longest reply", "",
+                  f"{_fmt(f.kv_bytes_per_token)} | {_fmt(f.kv_mb_end)}")
+    table.add_row("weights MiB", "", _fmt(f.weights_mb))
     table.add_row("speedup (measured | predicted)", "", f"{_fmt(f.speedup)} | {_fmt(f.predicted_speedup)}")
     table.add_row("mean accepted length | α", "", f"{_fmt(f.mean_accepted_len)} | {_fmt(f.acceptance_rate)}")
     table.add_row("draft/target cost r | call overhead ms", "", f"{_fmt(f.cost_ratio_r)} | {_fmt(f.fixed_call_ms)}")

@@ -56,7 +56,8 @@ def build(
     """Build (or reuse) the portable arm64 runtime: Debian's CPython + glibc + numpy/onnxruntime wheels."""
     sources = Sources(apt_mirror=apt_mirror, pip_index_url=index_url,
                       apt_security_mirror=None if apt_security_mirror == "none" else apt_security_mirror)
-    archive = build_runtime(BuildConfig(abi=abi, cache_dir=cache_dir, sources=sources, force=force), RichProgress())
+    archive = build_runtime(BuildConfig(abi=abi, cache_dir=cache_dir, sources=sources, force=force),
+                            RichProgress(stage="runtime build"))
     if as_json:
         out.print_json(json.dumps(describe(archive)))
         return

@@ -23,7 +23,7 @@ def surgery(
 ) -> None:
     """Insert DynamicTreePrune and BlockSparseVerify (com.endpoint.ai) as ONNX functions."""
     result = surgery_bundle(SurgeryConfig(output=output, max_k=max_k, force=force), Bundle.load(bundle),
-                           progress=RichProgress())
+                           progress=RichProgress(stage="surgery"))
     ops = result.manifest.custom_ops
     placed = ", ".join(f"{record.op} → {role}" for role, record in (ops.graphs if ops else {}).items())
     err.print(f"[green]validated[/]: {placed} match their numpy references")

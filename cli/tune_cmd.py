@@ -35,7 +35,8 @@ def tune(
     """Measure the device's cost curve and the bundle's acceptance on it; store the best tree as the plan."""
     config = options.config_from(TuneConfig, locals())
     source = Bundle.load(bundle)
-    with RichProgress().task("tuning on the device (plain timing, verify cost curve, calibration per drafter)"):
+    tuning = "tuning on the device (plain timing, verify cost curve, calibration per drafter)"
+    with RichProgress(stage="tune").task(tuning):
         result, plan = tune_bundle(config, source)
     out.print(plan_table(plan))
     err.print(plan_fit_line(plan))

@@ -11,12 +11,13 @@ from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
-from specdec.pipeline.prompts import PromptItem
-from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMode
+from specdec.pipeline.prompts import PromptItem, prompt_tokens
+from specdec.pipeline.records.decode import BanPolicy, DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine, RoundController
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.processors.base import REFUSED
 from specdec.pipeline.runtime.stats import Reply
 from specdec.pipeline.settings import ResolvedSettings, controller_spec, options_from, run_settings
 from specdec.pipeline.text import TextCodec
@@ -32,6 +33,7 @@ class GenerateConfig:
     controllers: tuple[str, ...] = ()  # on this machine only what the user asks for
     threads: int | None = None  # None: the profile's runtime.threads
     truncate: bool = False
+    chat: bool = False  # text prompts as user messages through the bundle's chat template
     max_new_tokens: int | None = None
     temperature: float | None = None
     top_k: int | None = None
@@ -46,6 +48,12 @@ class GenerateConfig:
     lookup_max_ngram: int | None = None
     lookup_min_ngram: int | None = None
     exact_layout: bool | None = None
+    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
+    ban: tuple[str, ...] | None = None
+    ban_policy: BanPolicy | None = None
+    refusal: str | None = None
+    json_schema: str | None = None
+    regex: str | None = None
 
 
 class Generator:
@@ -55,12 +63,12 @@ class Generator:
         self.engine = Engine(bundle.runtime_info(), SessionOptions(threads=threads))
         self.codec = TextCodec(self.engine.info.tokenizer_dir)
 
-    def prompt_ids(self, item: PromptItem, config: DecodeConfig, truncate: bool) -> list[int]:
+    def prompt_ids(self, item: PromptItem, config: DecodeConfig, truncate: bool, chat: bool = False) -> list[int]:
         """The prompt's tokens, checked: an empty prompt or one the context cannot hold is bad input.
 
         The error gives the prompt's token count, never its text (a long prompt would flood the terminal).
         """
-        ids = item.input_ids if item.input_ids is not None else self.codec.encode(item.text or "")
+        ids = prompt_tokens(item, self.codec, chat)
         if not ids:
             raise InputError(f"prompt '{item.id}' is empty", "pass some text or input_ids")
         context = self.engine.max_context
@@ -72,22 +80,26 @@ class Generator:
                              f"shorten it or pass {setting('truncate')} to keep its last {limit} tokens")
         return ids
 
-    def prepare(self, items: list[PromptItem], config: DecodeConfig, truncate: bool) -> list[list[int]]:
+    def prepare(self, items: list[PromptItem], config: DecodeConfig, truncate: bool,
+                chat: bool = False) -> list[list[int]]:
         """Every prompt's tokens, all checked before the first is decoded (a batch never fails half-way)."""
-        return [self.prompt_ids(item, config, truncate) for item in items]
+        return [self.prompt_ids(item, config, truncate, chat) for item in items]
 
     def run(self, ids: list[int], config: DecodeConfig, *, on_text: Callable[[str], None] | None = None,
             controller: RoundController | None = None) -> tuple[Reply, str]:
         stream = self.codec.stream()
-        sink = (lambda tokens: on_text(stream.push(tokens))) if on_text else None
+        # under the refuse policy nothing is shown before the reply is known to be clean
+        refusing = bool(config.ban) and config.ban_policy is BanPolicy.refuse
+        sink = (lambda tokens: on_text(stream.push(tokens))) if on_text and not refusing else None
         reply = self.engine.generate(ids, config, on_tokens=sink, controller=controller)
+        text = config.refusal if reply.stop_reason == REFUSED else self.codec.decode(reply.output_ids)
         if on_text:
-            on_text(stream.flush())
-        return reply, self.codec.decode(reply.output_ids)
+            on_text(text if refusing else stream.flush())
+        return reply, text
 
-    def run_all(self, items: list[PromptItem], config: DecodeConfig, *, truncate: bool = False,
+    def run_all(self, items: list[PromptItem], config: DecodeConfig, *, truncate: bool = False, chat: bool = False,
                 controller: RoundController | None = None) -> Iterator[dict[str, Any]]:
-        for item, ids in zip(items, self.prepare(items, config, truncate), strict=True):
+        for item, ids in zip(items, self.prepare(items, config, truncate, chat), strict=True):
             reply, text = self.run(ids, config, controller=controller)
             yield {"id": item.id, "input_ids": reply.prompt_ids, "output_ids": reply.output_ids, "text": text,
                    "stats": reply.as_dict()}

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 SHARED_DATA = "shared.data"
 # Protobuf caps one message at 2 GiB; graphs above 1 GiB keep their weights in a side file.
 EXTERNAL_DATA_BYTES = 1 << 30
+_INLINE_TENSOR_BYTES = 1024  # smaller tensors stay in the .onnx, as onnx.save does
+_DATA_ALIGNMENT = 4096  # page size: onnxruntime maps aligned external weights
 _HASH_CHUNK = 1 << 20
 
 
@@ -40,20 +42,73 @@ def load_graph(path: Path, *, weights: bool = True) -> onnx.ModelProto:
     return onnx.load(str(path), load_external_data=weights)
 
 
-def save_graph(model: onnx.ModelProto, path: Path, *, keep_model: bool = False) -> None:
-    """Save `model` to `path`, its weights to `path.data` when it is over 1 GiB.
+def proto_size(model: onnx.ModelProto) -> int:
+    """The model's serialised size, summed per tensor, node and function: protobuf cannot measure or
+    write one message past 2 GiB (`ByteSize()` itself raises EncodeError there), so the whole model
+    is never asked."""
+    graph = model.graph
+    return int(sum(t.ByteSize() for t in graph.initializer) + sum(n.ByteSize() for n in graph.node)
+               + sum(f.ByteSize() for f in model.functions))
 
-    Saving with external data moves the weights out of the proto it is given; `keep_model=True`
-    saves a copy instead, for callers that go on using `model`.
+
+def _copy_fields(target: Any, source: Any, skip: str) -> None:
+    """Copy every set field of message `source` into `target` but `skip`."""
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if field.is_repeated:
+            getattr(target, field.name).extend(value)
+        elif field.type == field.TYPE_MESSAGE:
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def save_graph(model: onnx.ModelProto, path: Path) -> None:
+    """Save `model` to `path`, its weights to `path.data` when it is over 1 GiB; `model` is not changed.
+
+    Large graphs are written tensor by tensor: a skeleton (everything but the initializers' bytes)
+    goes into the .onnx, each weight is appended to the .data file at a page-aligned offset (which
+    lets onnxruntime map it instead of copying). Neither the whole proto nor a copy of the weights
+    is ever built, so a 5 GB graph costs no memory beyond the model already held.
     """
     import onnx
 
-    external = model.ByteSize() > EXTERNAL_DATA_BYTES
-    if external and keep_model:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        model = copy
-    onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data" if external else None)
+    if proto_size(model) <= EXTERNAL_DATA_BYTES:
+        onnx.save(model, str(path))
+        return
+    skeleton = onnx.ModelProto()
+    _copy_fields(skeleton, model, "graph")
+    _copy_fields(skeleton.graph, model.graph, "initializer")
+    location = f"{path.name}.data"
+    with (path.parent / location).open("wb") as data:
+        for init in model.graph.initializer:
+            stub = skeleton.graph.initializer.add()
+            if init.data_location == onnx.TensorProto.EXTERNAL or len(init.raw_data) < _INLINE_TENSOR_BYTES:
+                stub.CopyFrom(init)  # small tensors (and typed-field ones) stay in the proto
+                continue
+            _copy_fields(stub, init, "raw_data")
+            offset = data.tell() + (-data.tell() % _DATA_ALIGNMENT)
+            data.seek(offset)
+            data.write(init.raw_data)
+            stub.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", location), ("offset", str(offset)), ("length", str(len(init.raw_data)))):
+                entry = stub.external_data.add()
+                entry.key, entry.value = key, value
+    onnx.save(skeleton, str(path))
+
+
+def external_files(path: Path) -> list[str]:
+    """The external data files a saved graph refers to (locations relative to its directory)."""
+    model = load_graph(path, weights=False)
+    found: list[str] = []
+    tensors = [*model.graph.initializer,
+               *(a.t for node in model.graph.node for a in node.attribute if a.HasField("t"))]
+    for tensor in tensors:
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value not in found:
+                found.append(entry.value)
+    return found
 
 
 def belongs_to(rel: str, graph_file: str) -> bool:

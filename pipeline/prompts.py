@@ -1,6 +1,8 @@
 """Prompt files (JSONL), shared by `specdec generate`, `bench` and `tune`, and the bench's default prompts.
 
 Bench and tune prompts are tokenized on the host: a JSONL file, or the demo pair's held-out prompts.
+A line gives `text`, `input_ids` or chat `messages`; messages, and `text` under `--chat` (as one user
+message), go through the bundle's chat template (pipeline/chat.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from specdec.pipeline.chat import Message, check_messages
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.text import TextCodec
 
@@ -20,6 +23,18 @@ class PromptItem:
     text: str | None = None
     input_ids: list[int] | None = None
     scenario: str | None = None  # code / chat / creative / knowledge, used by bench's enable rule
+    messages: list[Message] | None = None  # a chat: rendered with the bundle's chat template
+
+
+def prompt_tokens(item: PromptItem, codec: TextCodec, chat: bool = False) -> list[int]:
+    """The prompt's token ids: `input_ids` as given; messages (and text when `chat`) through the chat template."""
+    if item.input_ids is not None:
+        return item.input_ids
+    if item.messages is not None:
+        return codec.encode_chat(item.messages)
+    if chat:
+        return codec.encode_chat([{"role": "user", "content": item.text or ""}])
+    return codec.encode(item.text or "")
 
 
 def load_prompts(path: Path) -> list[PromptItem]:
@@ -35,15 +50,20 @@ def load_prompts(path: Path) -> list[PromptItem]:
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}:{number} is not valid JSON ({exc.msg})",
                              "write one JSON object per line") from exc
-        if not isinstance(record, dict) or ("text" not in record and "input_ids" not in record):
-            raise InputError(f"{path}:{number} has neither 'text' nor 'input_ids'",
+        kinds = [key for key in ("text", "input_ids", "messages") if isinstance(record, dict) and key in record]
+        if not kinds:
+            raise InputError(f"{path}:{number} has none of 'text', 'input_ids' or 'messages'",
                              'write lines like {"id": "p1", "text": "..."}')
+        if len(kinds) > 1:
+            raise InputError(f"{path}:{number} has both '{kinds[0]}' and '{kinds[1]}'", "give one of them per line")
+        messages = check_messages(record["messages"], f"{path}:{number}") if "messages" in record else None
         ids = record.get("input_ids")
         if ids is not None and not (isinstance(ids, list) and all(isinstance(t, int) for t in ids)):
             raise InputError(f"{path}:{number}: 'input_ids' must be a list of integers", "fix the line")
-        if ids == [] or (ids is None and not record.get("text")):
+        if ids == [] or (ids is None and messages is None and not record.get("text")):
             raise InputError(f"{path}:{number} is an empty prompt", "give it some text or input_ids, or remove it")
-        items.append(PromptItem(str(record.get("id", number)), record.get("text"), ids, record.get("scenario")))
+        items.append(PromptItem(str(record.get("id", number)), record.get("text"), ids, record.get("scenario"),
+                                messages))
     if not items:
         raise InputError(f"prompts file '{path}' has no prompts", "add one JSON object per line")
     return items
@@ -70,14 +90,12 @@ def default_prompts_file() -> Path | None:
     return path if path.is_file() else None
 
 
-def load_bench_prompts(path: Path | None, codec: TextCodec, limit: int | None) -> list[BenchPrompt]:
+def load_bench_prompts(path: Path | None, codec: TextCodec, limit: int | None,
+                       chat: bool = False) -> list[BenchPrompt]:
     source = path or default_prompts_file()
-    items: list[tuple[str, list[int], str | None]]
-    if source is None:
-        items = [(name, codec.encode(text), name) for name, text in FALLBACK]
-    else:
-        items = [(p.id, p.input_ids if p.input_ids is not None else codec.encode(p.text or ""), p.scenario)
-                 for p in load_prompts(source)]
+    prompts_in = ([PromptItem(name, text, scenario=name) for name, text in FALLBACK] if source is None
+                  else load_prompts(source))
+    items = [(p.id, prompt_tokens(p, codec, chat), p.scenario) for p in prompts_in]
     prompts = [BenchPrompt(str(i), ids, scenario) for i, ids, scenario in items if ids]
     if not prompts:
         raise InputError(f"no usable prompts in '{source}'", f"pass {setting('prompts')} with non-empty prompts")

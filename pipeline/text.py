@@ -7,8 +7,12 @@ needs neither `tokenizers` nor `transformers`.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specdec.pipeline.errors import BundleError
+
+if TYPE_CHECKING:
+    from specdec.pipeline.chat import ChatTemplate, Message
 
 
 class TextCodec:
@@ -19,9 +23,19 @@ class TextCodec:
         if not path.is_file():
             raise BundleError(f"bundle tokenizer '{path}' is missing", "re-create the bundle with `specdec export`")
         self.tokenizer = Tokenizer.from_file(str(path))
+        self.directory = tokenizer_dir
+        self._chat: ChatTemplate | None = None
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text).ids)
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        """Messages through the bundle's chat template; the template writes the special tokens itself."""
+        from specdec.pipeline.chat import ChatTemplate
+
+        if self._chat is None:
+            self._chat = ChatTemplate(self.directory)
+        return list(self.tokenizer.encode(self._chat.render(messages), add_special_tokens=False).ids)
 
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=True))

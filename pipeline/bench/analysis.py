@@ -18,12 +18,14 @@ from specdec.pipeline.records.results import (
     Details,
     Figures,
     Lossless,
+    Memory,
     Mismatch,
     ModeCounts,
     ModePercentiles,
     ModeValues,
     Padding,
     Percentiles,
+    ReplyMemory,
     RoundCounts,
     SourceStats,
 )
@@ -32,8 +34,8 @@ from specdec.pipeline.runtime.stats import SOURCES, STAGES, VERIFY
 # Figures a CI gate can name, with the direction that counts as better.
 HIGHER_IS_BETTER = {"speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
                     "predicted_speedup", "latency_gain_ms", "model_acceptance", "lookup_acceptance"}
-LOWER_IS_BETTER = {"ttft_ms", "reply_ms", "energy_per_token_mj", "peak_memory_mb", "mean_power_mw", "peak_temp_c",
-                   "verify_p50_ms"}
+LOWER_IS_BETTER = {"ttft_ms", "reply_ms", "energy_per_token_mj", "peak_memory_mb", "plain_peak_memory_mb", "kv_mb_end",
+                   "mean_power_mw", "peak_temp_c", "verify_p50_ms"}
 
 
 @dataclass
@@ -41,6 +43,7 @@ class Analysis:
     figures: Figures
     details: Details
     lossless: Lossless
+    memory: Memory
     unavailable: dict[str, str] = field(default_factory=dict)
 
 
@@ -116,6 +119,30 @@ def _energy(sensors: SensorLog | None, windows: dict[str, list[tuple[int, int]]]
     return ModeValues(**per_token), overall
 
 
+def _memory(events: list[dict[str, Any]], replies: list[dict[str, Any]]) -> Memory:
+    """Per reply what the runner read of its memory (older runners wrote none of it)."""
+    start = next((e for e in events if e.get("type") == "start"), {})
+    measured = [r for r in replies if "kv_bytes" in r]
+    return Memory(kv_policy="", weights_bytes=None, kv_bytes_per_token=start.get("kv_bytes_per_token"),
+                  peak_reset=bool(measured) and all(r.get("peak_reset") for r in measured),
+                  replies=[ReplyMemory(mode=r["mode"], tokens=r.get("context_tokens", r["new_tokens"]),
+                                       peak_rss_kb=r.get("peak_rss_kb"), kv_bytes=r["kv_bytes"],
+                                       kv_live_bytes=r["kv_live_bytes"]) for r in measured])
+
+
+def _peak_mb(memory: Memory, mode: str) -> float | None:
+    peaks = [r.peak_rss_kb for r in memory.replies if r.mode == mode and r.peak_rss_kb is not None]
+    return max(peaks) / 1024 if peaks else None
+
+
+def _kv_mb_end(memory: Memory) -> float | None:
+    """KV memory held at the end of the longest reply (the speculative one where lengths tie)."""
+    if not memory.replies:
+        return None
+    longest = max(memory.replies, key=lambda r: (r.tokens, r.mode == "speculative"))
+    return longest.kv_bytes / 2**20
+
+
 def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_equivalent: bool) -> Analysis:
     replies = [e for e in events if e.get("type") == "reply"]
     rounds = [e for e in events if e.get("type") == "round"]
@@ -146,9 +173,15 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
     windows = {m: [(r["start_ns"], r["end_ns"]) for r in rs] for m, rs in by_mode.items()}
     energy, mean_power = _energy(sensors, windows, tokens, unavailable)
     done = next((e for e in events if e.get("type") == "done"), {})
+    memory = _memory(events, replies)
     peak_rss = done.get("peak_rss_kb")
-    if peak_rss is None:
+    if peak_rss is None and not memory.replies:
         unavailable["peak_memory_mb"] = "the runner could not read its peak RSS (run incomplete or no resource module)"
+    spec_peak = _peak_mb(memory, "speculative") if memory.peak_reset else None
+    plain_peak = _peak_mb(memory, "plain") if memory.peak_reset else None
+    if memory.replies and not memory.peak_reset:
+        unavailable["plain_peak_memory_mb"] = ("the device refused to reset the peak RSS between replies "
+                                               "(/proc/self/clear_refs): peak_memory_mb is the whole run's")
     peak_temp = sensors.peak_temp_c() if sensors else None
     if peak_temp is None:
         unavailable["peak_temp_c"] = "no readable thermal zone"
@@ -183,7 +216,10 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
         mean_tree_size=statistics.fmean(r["tree_size"] for r in spec_rounds) if spec_rounds else None,
         ttft_ms=ttft_spec.mean if ttft_spec else None,
         verify_p50_ms=verify_ms.p50 if verify_ms else None,
-        peak_memory_mb=peak_rss / 1024 if peak_rss else None,
+        peak_memory_mb=spec_peak if spec_peak is not None else peak_rss / 1024 if peak_rss else None,
+        plain_peak_memory_mb=plain_peak,
+        kv_bytes_per_token=memory.kv_bytes_per_token,
+        kv_mb_end=_kv_mb_end(memory),
         energy_per_token_mj=energy.speculative,
         plain_energy_per_token_mj=energy.plain,
         mean_power_mw=mean_power,
@@ -201,4 +237,4 @@ def analyze(events: list[dict[str, Any]], sensors: SensorLog | None, *, greedy_e
                                waste=c["rows_padded"] / c["rows_computed"] if c["rows_computed"] else 0.0)
                  for role, c in done.get("padding", {}).items()},
     )
-    return Analysis(figures=figures, details=details, lossless=lossless, unavailable=unavailable)
+    return Analysis(figures=figures, details=details, lossless=lossless, memory=memory, unavailable=unavailable)

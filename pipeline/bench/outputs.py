@@ -17,6 +17,7 @@ from specdec.pipeline.bench import analysis, plots, report, trace
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.devices.sensors import thermal_events
 from specdec.pipeline.ondevice.orchestrate import DeviceRun
+from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.prompts import BenchPrompt
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.decode import VerifyMode
@@ -31,6 +32,7 @@ from specdec.pipeline.records.results import (
     SensorSummary,
     Thermal,
 )
+from specdec.pipeline.runtime.processors import processor_names
 from specdec.pipeline.settings import ResolvedSettings
 
 
@@ -39,6 +41,10 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
     mode = settings.config.effective_mode
     result = analysis.analyze(run.events, run.sensors, greedy_equivalent=mode is not VerifyMode.rrs)
     manifest = bundle.manifest
+    memory = result.memory
+    memory.weights_bytes = sum((bundle.path / rel).stat().st_size for rel in bundle_files(bundle))
+    memory.kv_policy = kv_policy_name(bundle)
+    result.figures.weights_mb = memory.weights_bytes / 2**20
     return BenchResults(
         tool_version=__version__,
         created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -49,7 +55,8 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
         profile=profile.name,
         scenario=scenario,
         config=RunSettings(decode=settings.config, sources=settings.sources, prompts=len(prompts), repeats=repeats,
-                           prompt_ids=[p.id for p in prompts], controllers=controllers),
+                           prompt_ids=[p.id for p in prompts], controllers=controllers,
+                           processors=processor_names(settings.config)),
         partial=run.partial,
         partial_reason=run.partial_reason,
         figures=result.figures,
@@ -63,7 +70,14 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
         controllers=_controller_summary(run.events),
         warnings=run.warnings + (run.sensors.warnings if run.sensors else []),
         runtime=dict(run.runtime),
+        memory=memory,
     )
+
+
+def kv_policy_name(bundle: Bundle) -> str:
+    """The bundle's KV cache policy in words, e.g. "full float32"."""
+    graph = bundle.manifest.graphs["target"]
+    return f"full {graph.dtype}"
 
 
 def enable_rule(events: list[dict[str, Any]], prompts: list[BenchPrompt], gain: float | None,
@@ -120,3 +134,5 @@ def write_outputs(directory: Path, results: BenchResults, run: DeviceRun, figure
         plots.accepted_histogram(results.details, directory / "accepted_length.png")
     if run.sensors is not None:
         plots.power_and_temperature(run.sensors, directory / "power_temperature.png")
+    if results.memory is not None and results.memory.replies:
+        plots.memory_by_length(results.memory, directory / "memory.png")

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.devices.sensor_log import SensorLog
-from specdec.pipeline.records.results import Details
+from specdec.pipeline.records.results import Details, Memory
 from specdec.pipeline.runtime.stats import STAGES
 
 
@@ -75,6 +75,36 @@ def power_and_temperature(sensors: SensorLog, path: Path) -> Path | None:
         twin.set_ylabel("°C")
         twin.legend(loc="upper right", fontsize=7)
     axis.set_title("Power and temperature")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def memory_by_length(memory: Memory, path: Path) -> Path:
+    """KV bytes held and peak RSS of each reply against the context it reached, per mode."""
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(7, 3.6))
+    twin = axis.twinx()
+    for mode, colour in (("plain", "#4c72b0"), ("speculative", "#dd8452")):
+        replies = sorted((r for r in memory.replies if r.mode == mode), key=lambda r: r.tokens)
+        if not replies:
+            continue
+        tokens = [r.tokens for r in replies]
+        axis.plot(tokens, [r.kv_bytes / 2**20 for r in replies], marker="o", color=colour,
+                  label=f"KV held, {mode}")
+        axis.plot(tokens, [r.kv_live_bytes / 2**20 for r in replies], marker=".", linestyle=":", color=colour,
+                  label=f"KV in use, {mode}")
+        peaks = [(r.tokens, r.peak_rss_kb / 1024) for r in replies if r.peak_rss_kb is not None]
+        if peaks:
+            twin.plot(*zip(*peaks, strict=True), marker="s", linestyle="--", color=colour, alpha=0.6,
+                      label=f"peak RSS, {mode}")
+    axis.set_xlabel("context tokens at the end of the reply (prompt + reply)")
+    axis.set_ylabel("KV MiB")
+    twin.set_ylabel("peak RSS MiB")
+    axis.set_title(f"Memory against reply length ({memory.kv_policy})")
+    axis.legend(loc="upper left", fontsize=7)
+    twin.legend(loc="lower right", fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

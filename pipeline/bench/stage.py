@@ -25,7 +25,7 @@ from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
-from specdec.pipeline.records.decode import DrafterKind, VerifyMode
+from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
@@ -52,6 +52,7 @@ class BenchConfig:
     adb_host: str | None = None
     adb_port: int | None = None
     prompts: Path | None = None
+    chat: bool = False  # text prompts as user messages through the bundle's chat template
     limit: int | None = None
     repeats: int = 1
     # Decode settings, by DecodeConfig field name; None: not set, the plan, scenario, profile or
@@ -73,6 +74,12 @@ class BenchConfig:
     tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
     calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
     exact_layout: bool | None = None
+    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
+    ban: tuple[str, ...] | None = None
+    ban_policy: BanPolicy | None = None
+    refusal: str | None = None
+    json_schema: str | None = None
+    regex: str | None = None
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
     baseline: Path | None = None
@@ -109,8 +116,8 @@ class BenchOutcome:
 def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[BenchPrompt]) -> list[list[int]]:
     """Prompts to tune on: --calib, else prompts of the file the run does not measure, else the measured ones."""
     if config.calib is not None:
-        return [p.ids for p in load_bench_prompts(config.calib, codec, None)][:CALIBRATION_PROMPTS]
-    every = load_bench_prompts(config.prompts, codec, None)
+        return [p.ids for p in load_bench_prompts(config.calib, codec, None, config.chat)][:CALIBRATION_PROMPTS]
+    every = load_bench_prompts(config.prompts, codec, None, config.chat)
     held_out = [p.ids for p in every[len(measured):]]
     return (held_out[-CALIBRATION_PROMPTS:] if held_out else [p.ids for p in measured])[:CALIBRATION_PROMPTS]
 
@@ -129,7 +136,7 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
     settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
     baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
     codec = TextCodec(bundle.tokenizer_dir)
-    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit), bundle,
+    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat), bundle,
                                      settings.config.max_new_tokens)
     with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,7 +33,7 @@ from onnx import TensorProto, helper
 
 from specdec.pipeline.bundle import GraphSpec
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.graph_io import save_graph
+from specdec.pipeline.graph_io import external_files, load_graph
 from specdec.pipeline.quantize.algorithms import ACTIVATIONS, HESSIAN, LayerStats
 from specdec.pipeline.runtime.graph import Graph
 from specdec.pipeline.runtime.manifest import GraphInfo
@@ -199,27 +200,42 @@ def plan_passes(wanted: dict[str, frozenset[str]], widths: dict[str, int],
 
 
 @contextmanager
-def probe_graph(model: onnx.ModelProto, role: str, spec: GraphSpec, names: Sequence[str],
-                workdir: Path) -> Iterator[Graph]:
-    """The float graph with `names` as extra outputs, loaded in onnxruntime; removed afterwards."""
+def probe_graph(source: Path, role: str, spec: GraphSpec, names: Sequence[str], workdir: Path) -> Iterator[Graph]:
+    """The float graph file `source` with `names` as extra outputs, loaded in onnxruntime; removed afterwards.
+
+    Only the graph's structure is loaded and rewritten: its weights stay where they are, and the
+    probe's directory links the source's external data files (a 1B-parameter graph is 5 GB; writing
+    or holding a second copy per calibration pass is what the structure-only probe avoids). A graph
+    small enough to keep its weights inside the .onnx is simply re-saved.
+    """
+    model = load_graph(source, weights=False)
     elem = TensorProto.FLOAT16 if spec.dtype == "float16" else TensorProto.FLOAT
     existing = {value.name for value in model.graph.output}
-    added = [helper.make_tensor_value_info(name, elem, None) for name in names if name not in existing]
-    model.graph.output.extend(added)
+    model.graph.output.extend(helper.make_tensor_value_info(name, elem, None) for name in names
+                              if name not in existing)
+    with tempfile.TemporaryDirectory(prefix=f"calib-{role}-", dir=workdir) as tmp:
+        path = Path(tmp) / source.name
+        for location in external_files(source):
+            _link(source.parent / location, Path(tmp) / location)
+        onnx.save(model, str(path))
+        del model
+        graph = Graph(graph_info(role, spec, path))
+        yield graph
+        del graph
+
+
+def _link(source: Path, link: Path) -> None:
+    """A hard link where the filesystem allows one (the probe lives next to the output), else a symlink."""
+    link.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with tempfile.TemporaryDirectory(prefix=f"calib-{role}-", dir=workdir) as tmp:
-            path = Path(tmp) / f"{role}.onnx"
-            save_graph(model, path, keep_model=True)  # the quantizer goes on rewriting `model`
-            graph = Graph(graph_info(role, spec, path))
-            yield graph
-            del graph
-    finally:
-        for _ in added:
-            model.graph.output.pop()
+        os.link(source, link)
+    except OSError:
+        link.symlink_to(source.resolve())
 
 
-def collect(graph: Graph, wanted: dict[str, frozenset[str]], windows: np.ndarray, seed: int) -> dict[str, LayerStats]:
-    """Accumulate the statistics `wanted` asks for, one prefill per calibration window."""
+def collect(graph: Graph, wanted: dict[str, frozenset[str]], windows: np.ndarray, seed: int,
+            on_window: Callable[[], None] | None = None) -> dict[str, LayerStats]:
+    """Accumulate the statistics `wanted` asks for, one prefill per calibration window (`on_window` after each)."""
     rng = np.random.default_rng(seed)
     names = tuple(wanted)
     stats: dict[str, LayerStats] = {}
@@ -239,6 +255,8 @@ def collect(graph: Graph, wanted: dict[str, frozenset[str]], windows: np.ndarray
                 record.abs_sum = absolute if record.abs_sum is None else record.abs_sum + absolute
                 pick = rng.choice(rows.shape[0], size=min(per_window, rows.shape[0]), replace=False)
                 samples[name].append(rows[np.sort(pick)].astype(np.float32))
+        if on_window is not None:
+            on_window()
     for name, parts in samples.items():
         if parts:
             stats[name].sample = np.concatenate(parts)[:ROW_SAMPLE]

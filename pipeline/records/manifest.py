@@ -19,6 +19,7 @@ from typing import Any, Literal
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, parse
 from specdec.pipeline.records.decoder import Decoder
+from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.plan import TunePlan
 
 MANIFEST_NAME = "manifest.json"
@@ -29,7 +30,9 @@ MANIFEST_NAME = "manifest.json"
 # (`buckets.graphs.*.context`) and its shared weights files (`buckets.weights`). Schema-1 and
 # schema-2 bundles load unchanged (their variants all span `max_context`). 4: each graph's
 # `decoder` record (records/decoder.py: attention windows, rotary tables, norms); older bundles
-# load as full-attention decoders, and compile --target cpu asks to re-export them.
+# load as full-attention decoders, and compile --target cpu asks to re-export them. A compiled
+# bundle's `buckets.kv_policy` is written only where it is not the full cache, so bundles without
+# it read as full.
 MANIFEST_SCHEMA = 4
 
 
@@ -93,13 +96,29 @@ class GraphQuantization:
     embeddings: dict[str, LayerQuantization]
     summary: dict[str, int]  # layers per precision: int4, int8, float
     layers: dict[str, LayerQuantization]
+    # w8a8 only: the weights' range (7 bits: +-63, 8 bits: +-127; pipeline/int8_matmul.py says why)
+    weight_bits: int | None = field(default=None, metadata=OMIT_DEFAULT)
+
+
+W8A8_FORMAT = "w8a8"
 
 
 @dataclass
 class Quantization:
-    format: str  # the operator the weights are stored for, e.g. MatMulNBits
+    format: str  # the operator the weights are stored for: MatMulNBits, or w8a8 (standard MatMulInteger)
     domain: str
     graphs: dict[str, GraphQuantization]
+
+    @property
+    def row_invariant(self) -> bool:
+        """Every matmul computes a row alone exactly as in any batch (per-row scales, int32 sums)."""
+        return self.format == W8A8_FORMAT
+
+    def int8_activations(self, role: str) -> bool:
+        """Does the graph round its activations to int8 (w8a8, MatMulNBits accuracy level 4)? Then a
+        last-bit difference upstream can move a value across a rounding step."""
+        graph = self.graphs.get(role)
+        return graph is not None and (self.row_invariant or graph.accuracy_level >= 4)
 
 
 # ---- buckets (written by compile) ----------------------------------------------------------------
@@ -179,6 +198,8 @@ class BucketTable:
     flavour: GraphFlavour = field(default=GraphFlavour.npu, metadata=OMIT_DEFAULT)
     fused: dict[str, FusedGraph] = field(default_factory=dict, metadata=OMIT_DEFAULT)
     weights: dict[str, str] = field(default_factory=dict, metadata=OMIT_DEFAULT)  # by role: shared data file
+    # the KV cache policy of both graphs (records/kv_policy.py)
+    kv_policy: KVPolicy = field(default_factory=KVPolicy, metadata=OMIT_DEFAULT)
 
     def context_of(self, variant: BucketVariant) -> int:
         return variant.context if variant.context is not None else self.max_context

@@ -15,6 +15,10 @@ Schema history:
   proposed tree nodes of each source); `details` adds `by_source` (per source: nodes proposed,
   accepted, and rounds it proposed in) and `stage_latency_ms` a `Lookup` stage. Older files
   still serve as a `--baseline` (their figures lack the new ones).
+- `specdec.bench/4`: memory. `figures` adds `plain_peak_memory_mb` (`peak_memory_mb` is now the
+  speculative replies' peak where the runner could reset the peak between replies), `weights_mb`,
+  `kv_bytes_per_token` and `kv_mb_end`; results add `memory` (per reply: tokens, peak RSS, KV
+  bytes held and live; the KV policy).
 """
 
 from __future__ import annotations
@@ -29,9 +33,9 @@ from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.device import CooldownResult, DeviceInfo, ThermalSnapshot
 from specdec.pipeline.records.plan import DevicePlan, PlanChoice, TuneRequest
 
-RESULTS_SCHEMA = "specdec.bench/3"
+RESULTS_SCHEMA = "specdec.bench/4"
 # Earlier schemas whose `figures` are still readable (for --baseline).
-FIGURES_COMPATIBLE = ("specdec.bench/1", "specdec.bench/2", RESULTS_SCHEMA)
+FIGURES_COMPATIBLE = ("specdec.bench/1", "specdec.bench/2", "specdec.bench/3", RESULTS_SCHEMA)
 
 
 # ---- host -> device ----------------------------------------------------------------------------
@@ -69,6 +73,8 @@ class RunSettings:
     repeats: int
     prompt_ids: list[str]
     controllers: list[str]
+    # the logits processors every reply ran (runtime/processors/: "ban (mask)", "json_schema", ...)
+    processors: list[str] = field(default_factory=list, metadata=OMIT_DEFAULT)
 
 
 @dataclass
@@ -93,7 +99,11 @@ class Figures:
     mean_tree_size: float | None = None
     ttft_ms: float | None = None
     verify_p50_ms: float | None = None
-    peak_memory_mb: float | None = None
+    peak_memory_mb: float | None = None  # peak RSS of the decoding process over the speculative replies
+    plain_peak_memory_mb: float | None = None  # and over the plain ones
+    weights_mb: float | None = None  # the graph files the runtime opens (weights and graph)
+    kv_bytes_per_token: float | None = None  # target + draft, one key and one value row per layer
+    kv_mb_end: float | None = None  # KV memory held at the end of the longest reply
     energy_per_token_mj: float | None = None
     plain_energy_per_token_mj: float | None = None
     mean_power_mw: float | None = None
@@ -174,6 +184,26 @@ class Details:
     rounds: RoundCounts
     energy_per_token_mj: ModeValues
     padding: dict[str, Padding]  # compiled bundles: rows computed for nothing, per role
+
+
+@dataclass
+class ReplyMemory:
+    mode: str
+    tokens: int  # prompt + reply: the slots the reply's context reached
+    peak_rss_kb: int | None  # the process's peak during the reply (since the start where not reset)
+    kv_bytes: int  # KV memory held by the runners at the end of the reply (allocated buffers)
+    kv_live_bytes: int  # of which committed rows in use
+
+
+@dataclass
+class Memory:
+    """What the decoding process held: weights, KV cache, resident memory, per reply."""
+
+    kv_policy: str  # e.g. "full float32", "window S=4 W=256 float32"
+    weights_bytes: int | None
+    kv_bytes_per_token: int | None
+    peak_reset: bool  # each reply's peak is its own (the kernel let the runner reset VmHWM)
+    replies: list[ReplyMemory] = field(default_factory=list)
 
 
 @dataclass
@@ -314,6 +344,7 @@ class BenchResults:
     gates: list[GateResult] = field(default_factory=list)
     runtime: dict[str, Any] = field(default_factory=dict)  # what ran the runner: device Python or portable runtime
     plan: PlanReport | None = field(default=None, metadata=OMIT_DEFAULT)
+    memory: Memory | None = None
 
     def __post_init__(self) -> None:
         if self.schema != RESULTS_SCHEMA:

@@ -22,6 +22,7 @@ from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.memory import kv_bytes_per_token, peak_rss_kb, reset_peak, rss_kb
 from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.runtime.stats import Reply
 from specdec.pipeline.runtime.tune.measure import apply_choice, device_plan, run_request
@@ -44,15 +45,6 @@ class Clock:
         return self.epoch(time.perf_counter_ns())
 
 
-def _peak_rss_kb() -> int | None:
-    try:
-        import resource
-
-        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-    except (ImportError, OSError):  # resource is POSIX-only
-        return None
-
-
 class EventLog:
     def __init__(self, handle: TextIO, clock: Clock) -> None:
         self.handle = handle
@@ -62,7 +54,8 @@ class EventLog:
         self.handle.write(json.dumps(event, separators=(",", ":")) + "\n")
         self.handle.flush()
 
-    def reply(self, mode: str, prompt: int, repeat: int, start_ns: int, reply: Reply) -> None:
+    def reply(self, mode: str, prompt: int, repeat: int, start_ns: int, reply: Reply,
+              memory: dict[str, Any] | None = None) -> None:
         for stats in reply.rounds:
             self.write({
                 "type": "round", "mode": mode, "prompt": prompt, "repeat": repeat, "round": stats.index,
@@ -79,7 +72,7 @@ class EventLog:
             "end_ns": self.clock.now(), "ttft_ns": reply.ttft_ns, "total_ns": reply.total_ns,
             "prefill_ns": reply.prefill_ns, "new_tokens": len(reply.output_ids), "output_ids": reply.output_ids,
             "stop_reason": reply.stop_reason, "mean_accepted_len": reply.mean_accepted_len,
-            "acceptance_rate": reply.acceptance_rate,
+            "acceptance_rate": reply.acceptance_rate, **(memory or {}),
         })
 
 
@@ -92,10 +85,15 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
     configs = {mode: dataclasses.replace(spec.decode, speculative=mode == "speculative") for mode in MODES}
     prompts = spec.prompts
     repeats = spec.repeats
+    runners = [runner for runner in (engine.target, engine.drafter.runner if engine.drafter else None) if runner]
+    per_token = sum(kv_bytes_per_token(r.info.num_layers, r.info.num_kv_heads, r.info.head_dim, r.dtype.itemsize)
+                    for r in runners)
+    peaks: list[int] = []  # each reply's peak: the run's peak is their maximum once peaks are reset
     with (workdir / EVENTS).open("w") as handle:
         log = EventLog(handle, clock)
         log.write({"type": "start", "epoch_ns": clock.epoch0, "prompts": len(prompts), "repeats": repeats,
-                   "max_context": engine.max_context, "python": sys.version.split()[0]})
+                   "max_context": engine.max_context, "python": sys.version.split()[0],
+                   "kv_bytes_per_token": per_token, "rss_kb": rss_kb()})
         if spec.tune is not None:  # measure this device and plan the tree before measuring anything else
             tuned = run_request(engine, spec.tune, configs["speculative"],
                                 on_step=lambda step: print(f"progress tune {step}", flush=True))
@@ -108,15 +106,23 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
             if controller is not None and not spec.tune.pinned:  # the rounds are the plan's: judge them by it
                 controller.follow_plan(plan.plain_step_ms if plan.choice.speculative else None)
             if spec.tune.only:
-                log.write({"type": "done", "peak_rss_kb": _peak_rss_kb(), "end_ns": clock.now(), "padding": {}})
+                log.write({"type": "done", "peak_rss_kb": peak_rss_kb(), "end_ns": clock.now(), "padding": {}})
                 return 0
 
         def decode(mode: str, index: int, repeat: int, measured: bool) -> None:
+            peaks.append(peak_rss_kb() or 0)
+            reset = reset_peak()  # this reply's own peak, where the kernel lets it be reset
             start = clock.now()
             reply = engine.generate(prompts[index], configs[mode],
                                     controller=controller if mode == "speculative" and measured else None)
+            peak = peak_rss_kb()
+            peaks.append(peak or 0)
             if measured:
-                log.reply(mode, index, repeat, start, reply)
+                memory = {"peak_rss_kb": peak, "peak_reset": reset, "rss_kb": rss_kb(),
+                          "context_tokens": len(reply.prompt_ids) + len(reply.output_ids),
+                          "kv_bytes": sum(r.kv_bytes for r in runners),
+                          "kv_live_bytes": sum(r.kv_live_bytes for r in runners)}
+                log.reply(mode, index, repeat, start, reply, memory)
             print(f"progress {mode} prompt={index} repeat={repeat} tokens={len(reply.output_ids)}", flush=True)
 
         warm_start = clock.now()
@@ -130,11 +136,13 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
                 for mode in order:
                     decode(mode, index, repeat, measured=True)
         log.write({"type": "phase", "name": "measure", "start_ns": measure_start, "end_ns": clock.now()})
-        runners = {"target": engine.target, "draft": engine.drafter.runner if engine.drafter else None}
+        roles = {"target": engine.target, "draft": engine.drafter.runner if engine.drafter else None}
         padding = {role: {"rows_padded": runner.padding_waste, "rows_computed": runner.rows_computed}
-                   for role, runner in runners.items()
+                   for role, runner in roles.items()
                    if isinstance(runner, StaticRunner)}  # compiled bundles pad each call up to a bucket
-        log.write({"type": "done", "peak_rss_kb": _peak_rss_kb(), "end_ns": clock.now(), "padding": padding})
+        peak = peak_rss_kb()
+        log.write({"type": "done", "peak_rss_kb": max([*peaks, peak]) if peak is not None else None,
+                   "end_ns": clock.now(), "padding": padding})
     return 0
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.errors import GenerationError, setting
+from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.runtime.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
 from specdec.pipeline.runtime.fused_kv import LayerGroup
 from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, make_session
@@ -34,8 +35,14 @@ def _is_causal(visible: np.ndarray) -> bool:
 
 
 class FusedRunner:
-    def __init__(self, info: GraphInfo, path: Any, capacity: int, options: SessionOptions | None = None) -> None:
+    def __init__(self, info: GraphInfo, path: Any, capacity: int, options: SessionOptions | None = None,
+                 policy: KVPolicy | None = None) -> None:
+        """`capacity`: the compiled max context; under a window `policy` the reply may reach the
+        policy's positions instead (the graph's rotary tables were built that long)."""
         self.info = info
+        policy = policy or KVPolicy()
+        self.policy = policy
+        capacity = policy.positions(capacity)
         self.session = make_session(path, options or SessionOptions(), threads_by_size=False)
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name for o in self.session.get_outputs()}
@@ -48,8 +55,12 @@ class FusedRunner:
         windows = info.decoder.windows if info.decoder is not None else [None] * info.num_layers
         self.groups: list[LayerGroup] = []
         for window in sorted({*windows}, key=lambda w: w or 0):
-            group = LayerGroup.make([i for i, w in enumerate(windows) if w == window], window, capacity,
-                                    info.num_kv_heads, info.head_dim, self.dtype)
+            # a window policy bounds the full-attention layers (with its sinks) on their own inputs
+            bounded = window is None and policy.windowed
+            group = LayerGroup.make([i for i, w in enumerate(windows) if w == window],
+                                    policy.window if bounded else window, capacity, info.num_kv_heads,
+                                    info.head_dim, self.dtype, sinks=policy.sinks if bounded else 0,
+                                    prefix="" if window is None else "sliding_")
             if group.bias not in inputs:
                 raise GenerationError(f"the fused {info.role} graph has no input '{group.bias}' for its layers "
                                       f"{group.layers}", "re-run `specdec compile` with this specdec version")
@@ -92,6 +103,14 @@ class FusedRunner:
     @property
     def max_context(self) -> int:
         return self.capacity
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(buffer.nbytes for group in self.groups for buffer in group.buffers)
+
+    @property
+    def kv_live_bytes(self) -> int:
+        return sum(group.live_rows(self.length) * group.row_bytes for group in self.groups)
 
     def reset(self) -> None:
         # Stale rows beyond `total` are never read (GQA attends over the valid length only).
@@ -137,15 +156,15 @@ class FusedRunner:
         slot.positions[0] = positions
         totals, masks = [], []
         for group in self.groups:
-            committed = self._length - group.base
+            committed = group.live_rows(self._length)
             width = committed + self._scratch
             if group.window is None and q == 1 and not self._scratch and bool(new_visible[0, 0]):
                 mask = self._visible_row  # nothing in scratch: the row sees every slot
             else:
                 mask = build_mask(self.dtype, self.mask_min, committed, width, scratch_visible, new_visible)
                 if group.window is not None:
-                    keys = np.concatenate([np.arange(group.base, self._length), self._scratch_positions, positions])
-                    mask = hide_beyond_window(mask, positions, keys, group.window, self.mask_min)
+                    keys = np.concatenate([group.key_positions(self._length), self._scratch_positions, positions])
+                    mask = hide_beyond_window(mask, positions, keys, group.window, self.mask_min, group.sinks)
             totals.append(width + q)
             masks.append(mask)
         slot.call(totals, masks, extra_inputs)
@@ -182,13 +201,19 @@ class FusedRunner:
             slot.ids[0, 1:] = 0
         totals, masks = [], []
         for group in self.groups:
-            committed = past - group.base
+            committed = group.live_rows(past)
             if group.window is None and rows == 1:
                 mask = self._visible_row
             elif group.window is None:  # every row sees the committed slots; each new row hides the others
                 mask = np.zeros((rows, committed + rows), self.dtype)
                 mask[:, committed:] = self.mask_min
                 mask[:, committed:].flat[:: rows + 1] = 0
+            elif group.sinks:  # a window policy's group: sinks and window from the rows' positions
+                mask = hide_beyond_window(
+                    build_mask(self.dtype, self.mask_min, committed, committed, no_scratch(rows),
+                               np.eye(rows, dtype=bool))[0, 0],
+                    past + np.arange(rows), np.concatenate([group.key_positions(past), past + np.arange(rows)]),
+                    group.window, self.mask_min, group.sinks)
             elif rows == 1:  # the window of the one row, written in place
                 mask = self._window_row
                 mask[: committed + 1] = 0
@@ -214,7 +239,8 @@ class FusedRunner:
 
     # -- the windowed layers' rows ------------------------------------------------------------
     def _needed_rows(self, group: LayerGroup, q: int, first_query: int) -> int:
-        return self._length - group.keep_from(self._length, first_query) + self._scratch + q
+        keep = group.keep_from(self._length, first_query)
+        return min(group.sinks, keep) + self._length - keep + self._scratch + q
 
     def _fits(self, q: int, first_query: int) -> bool:
         return all(self._needed_rows(group, q, first_query) <= group.capacity for group in self._windowed)
@@ -243,9 +269,7 @@ class FusedRunner:
         if any(np.ndim(value) for value in (extra_inputs or {}).values()):
             raise GenerationError(f"a tree of {ids.size} nodes exceeds the windowed layers' KV buffer",
                                   f"lower {setting('tree_budget')}")
-        group = self._windowed[0]
-        assert group.window is not None
-        chunk = group.capacity - max(group.window - 1, 1)
+        chunk = min(group.capacity - max((group.window or 1) - 1, 1) - group.sinks for group in self._windowed)
         logits_parts: list[np.ndarray] = []
         extra_parts: dict[str, list[np.ndarray]] = {name: [] for name in extra_outputs}
         for start in range(0, ids.size, chunk):

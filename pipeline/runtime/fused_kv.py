@@ -14,6 +14,11 @@ call's q new rows at total - q … total - 1, so each group keeps its rows conti
   `window_capacity`. Each move copies at most W - 1 + scratch rows and then leaves room for
   W + 64 more, about one row copied per decoded token.
 
+A window KV policy (records/kv_policy.py) makes the full-attention layers a windowed group too,
+with S sink slots: their rows 0 … S - 1 hold slots 0 … S - 1 for good, and the moves keep them
+(the rows after them hold `base` … length - 1). Such a group keeps the graph's full-attention
+inputs (no prefix): the graph is the same, only which rows are kept and seen changes.
+
 Keys carry their position in their rotation (GroupQueryAttention rotates k before storing it)
 and the masks are built from positions (runtime/masks.py), so where a row sits never changes a
 result. GroupQueryAttention's own `local_window_size` is not used: it windows by row index, which
@@ -35,8 +40,8 @@ import numpy as np
 ROUND_ROWS = 64
 
 
-def window_capacity(window: int, capacity: int) -> int:
-    return min(capacity, 2 * window + ROUND_ROWS)
+def window_capacity(window: int, capacity: int, sinks: int = 0) -> int:
+    return min(capacity, sinks + 2 * window + ROUND_ROWS)
 
 
 @dataclass
@@ -49,13 +54,16 @@ class LayerGroup:
     prefix: str  # "" for full attention, "sliding_" for the windowed layers
     buffers: list[np.ndarray] = field(default_factory=list)  # key and value per layer, in layer order
     values: list[Any] = field(default_factory=list)  # the OrtValues over `buffers`
-    base: int = 0  # windowed: the first committed slot still held (row 0)
+    base: int = 0  # windowed: the first committed slot after the sinks still held
+    sinks: int = 0  # windowed: slots 0 … sinks - 1 stay in rows 0 … sinks - 1 (a window KV policy)
 
     @classmethod
     def make(cls, layers: list[int], window: int | None, capacity: int, kv_heads: int, head_dim: int,
-             dtype: np.dtype) -> LayerGroup:
-        size = capacity if window is None else window_capacity(window, capacity)
-        group = cls(layers, window, size, (kv_heads, size, head_dim), dtype, "" if window is None else "sliding_")
+             dtype: np.dtype, sinks: int = 0, prefix: str | None = None) -> LayerGroup:
+        size = capacity if window is None else window_capacity(window, capacity, sinks)
+        if prefix is None:
+            prefix = "" if window is None else "sliding_"
+        group = cls(layers, window, size, (kv_heads, size, head_dim), dtype, prefix, sinks=sinks)
         group.allocate(size)
         return group
 
@@ -80,30 +88,50 @@ class LayerGroup:
     def bias(self) -> str:
         return f"{self.prefix}attention_bias"
 
+    @property
+    def row_bytes(self) -> int:
+        """Bytes of one slot across this group's key and value buffers."""
+        return 2 * len(self.layers) * self.shape[0] * self.shape[2] * self.dtype.itemsize
+
+    @property
+    def held_sinks(self) -> int:
+        """Sink rows before the `base` … slots (fewer than `sinks` while nothing was dropped)."""
+        return min(self.sinks, self.base)
+
+    def live_rows(self, length: int) -> int:
+        """The committed slots this group still holds."""
+        return self.held_sinks + length - self.base
+
     def rows(self, length: int, scratch: int) -> int:
-        return length - self.base + scratch
+        return self.live_rows(length) + scratch
+
+    def key_positions(self, length: int) -> np.ndarray:
+        """The position of each committed row (committed slot i holds position i)."""
+        return np.concatenate([np.arange(self.held_sinks), np.arange(self.base, length)])
 
     def keep_from(self, length: int, first_query: int) -> int:
-        """The first committed slot a query at `first_query` or later (and every later call's, at
-        `length` or later) can see; at least one committed row stays, so a call on a non-empty
-        past is never taken for a first prompt."""
+        """The first committed slot after the sinks a query at `first_query` or later (and every
+        later call's, at `length` or later) can see; at least one committed row stays, so a call
+        on a non-empty past is never taken for a first prompt."""
         assert self.window is not None
         start = min(length, first_query) - (self.window - 1)
         return max(self.base, min(start, length - 1)) if length else 0
 
     def drop_before(self, slot: int, length: int, scratch: int) -> None:
-        """Move the rows of slots `slot` … to the front (windowed layers)."""
-        drop = slot - self.base
-        if drop <= 0:
+        """Move the rows of slots `slot` … to just after the sinks (windowed layers)."""
+        if slot <= self.base:
             return
         rows = self.rows(length, scratch)
-        for buffer in self.buffers:
-            buffer[:, :, : rows - drop] = buffer[:, :, drop:rows]
+        source = self.held_sinks + slot - self.base  # the row of slot `slot`
+        target = min(self.sinks, slot)  # the sink rows that stay in front
+        if source > target:
+            for buffer in self.buffers:
+                buffer[:, :, target : target + rows - source] = buffer[:, :, source:rows]
         self.base = slot
 
     def commit(self, length: int, index: np.ndarray) -> None:
         """Keep the scratch rows `index` (increasing) after the committed ones."""
-        start = length - self.base
+        start = self.live_rows(length)
         if index.size and (int(index[-1]) != index.size - 1 or (
                 index.size > 2 and not np.array_equal(index, np.arange(index.size)))):
             rows = start + index

@@ -27,10 +27,14 @@ def mask_names(decoder: Decoder | None) -> tuple[str, ...]:
 
 
 def hide_beyond_window(mask: np.ndarray, query_positions: np.ndarray, key_positions: np.ndarray, window: int,
-                       neg: float) -> np.ndarray:
+                       neg: float, sinks: int = 0) -> np.ndarray:
     """A copy of the additive `mask` [..., q, keys] with every key at or beyond `window` positions
-    before its query hidden. Keys already hidden stay hidden, whatever position they are given."""
-    far = (np.asarray(query_positions).reshape(-1)[:, None] - np.asarray(key_positions).reshape(-1)[None, :]) >= window
+    before its query hidden, except the `sinks` first positions (a window KV policy's sinks).
+    Keys already hidden stay hidden, whatever position they are given."""
+    keys = np.asarray(key_positions).reshape(-1)
+    far = (np.asarray(query_positions).reshape(-1)[:, None] - keys[None, :]) >= window
+    if sinks:
+        far &= keys[None, :] >= sinks
     out = mask.copy()
     out[..., far] = neg
     return out

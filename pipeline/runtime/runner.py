@@ -35,6 +35,12 @@ class Runner(Protocol):
     @property
     def max_context(self) -> int: ...
 
+    @property
+    def kv_bytes(self) -> int: ...  # bytes of KV memory the runner holds now (allocated buffers)
+
+    @property
+    def kv_live_bytes(self) -> int: ...  # the bytes of the committed rows it keeps (what a reply uses)
+
     def reset(self) -> None: ...
 
     def forward(
@@ -116,6 +122,14 @@ class DynamicRunner:
     @property
     def max_context(self) -> int:
         return self.info.max_position_embeddings
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(layer.nbytes for layer in self.kv.layers)
+
+    @property
+    def kv_live_bytes(self) -> int:
+        return self.kv_bytes
 
     def reset(self) -> None:
         self.kv = KVCache(self.info)

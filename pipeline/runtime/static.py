@@ -119,6 +119,14 @@ class StaticRunner:
     def max_context(self) -> int:
         return self.capacity
 
+    @property
+    def kv_bytes(self) -> int:
+        return sum(block.nbytes for block in self._blocks)
+
+    @property
+    def kv_live_bytes(self) -> int:
+        return self._length * 2 * self.info.num_layers * self._heads * self._head_dim * self.dtype.itemsize
+
     def reset(self) -> None:
         for block in self._blocks:
             block.fill(0)  # stale slots are masked, but zeros keep masked products finite

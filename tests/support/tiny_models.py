@@ -153,8 +153,10 @@ def save(model: Any, tokenizer: Any, path: Path) -> Path:
 
 def make_pair(root: Path, arch: str = "llama", *, target_layers: int = 2, draft_layers: int = 1,
               hidden: int = 64, tokenizer_kind: str = "bpe", vocab_size: int = 320, seed: int = 0,
-              independent_draft: bool = False, window: int | None = None) -> tuple[Path, Path]:
+              independent_draft: bool = False, window: int | None = None,
+              chat_template: str | None = None) -> tuple[Path, Path]:
     tokenizer = make_tokenizer(tokenizer_kind, vocab_size)
+    tokenizer.chat_template = chat_template  # saved with the tokenizer files, as chat checkpoints ship it
     vocab = len(tokenizer)
     target = make_model(arch, vocab, target_layers, hidden, seed, window=window)
     draft = (make_model(arch, vocab, draft_layers, hidden, seed + 1, window=window) if independent_draft

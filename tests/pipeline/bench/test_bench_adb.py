@@ -52,6 +52,9 @@ def test_full_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_fi
     # the stand-in battery: -450 mA at 3.9 V while discharging -> 1755 mW
     assert f["mean_power_mw"] == pytest.approx(1755.0, rel=1e-6)
     assert f["energy_per_token_mj"] is not None and f["peak_temp_c"] is not None
+    # the device process read its own peak RSS (VmHWM) per reply, and its KV bytes
+    assert f["peak_memory_mb"] > 10 and f["plain_peak_memory_mb"] > 10 and f["kv_mb_end"] > 0
+    assert results["memory"]["replies"] and f["weights_mb"] > 0
     assert results["sensors"]["discharge_sign"] == "negative"
     assert results["thermal"]["cooldown"]["status"] == "reached"
     assert results["thermal"]["before"]["available"]  # dumpsys thermalservice was read
@@ -68,6 +71,7 @@ def test_bench_over_adb_runs_the_fused_cpu_flavour(adb_environ, make_standin, be
     results = dump(outcome.results)
     assert not results["partial"] and results["lossless"]["equal"]
     assert results["figures"]["mean_accepted_len"] >= 1
+    assert results["figures"]["peak_memory_mb"] > 10 and results["figures"]["kv_bytes_per_token"] > 0
 
 
 def test_cli_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]

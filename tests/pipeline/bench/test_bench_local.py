@@ -32,7 +32,7 @@ def local_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def test_results_json_has_every_figure(local_run) -> None:  # type: ignore[no-untyped-def]
     results = json.loads((local_run.output / "results.json").read_text())
-    assert results["schema"] == "specdec.bench/3" and not results["partial"]
+    assert results["schema"] == "specdec.bench/4" and not results["partial"]
     f = results["figures"]
     for name in ("speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",
                  "predicted_speedup", "cost_ratio_r", "fixed_call_ms", "ttft_ms", "peak_memory_mb"):
@@ -45,6 +45,20 @@ def test_results_json_has_every_figure(local_run) -> None:  # type: ignore[no-un
     # the host has no battery: power must be reported unavailable, never invented
     if f["energy_per_token_mj"] is None:
         assert "energy_per_token_mj" in results["unavailable"]
+
+
+def test_memory_is_measured_per_mode_and_plotted(local_run) -> None:  # type: ignore[no-untyped-def]
+    results = json.loads((local_run.output / "results.json").read_text())
+    f, memory = results["figures"], results["memory"]
+    assert f["plain_peak_memory_mb"] > 10 and f["peak_memory_mb"] > 10 and memory["peak_reset"]
+    assert f["weights_mb"] > 0 and f["kv_bytes_per_token"] > 0 and f["kv_mb_end"] > 0
+    assert memory["kv_policy"].startswith("full ")
+    replies = memory["replies"]
+    assert {r["mode"] for r in replies} == {"plain", "speculative"} and len(replies) == 8
+    assert all(0 < r["kv_live_bytes"] <= r["kv_bytes"] and r["tokens"] > 3 for r in replies)
+    assert (local_run.output / "memory.png").stat().st_size > 1000
+    summary = (local_run.output / "summary.md").read_text()
+    assert "Memory (KV full" in summary and "peak RSS plain" in summary
 
 
 def test_results_json_reads_back_into_the_record(local_run) -> None:  # type: ignore[no-untyped-def]

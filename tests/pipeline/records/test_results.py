@@ -11,7 +11,7 @@ from specdec.pipeline.records.results import RESULTS_SCHEMA, Figures, read_figur
 
 
 def test_schema_is_checked_before_anything_else() -> None:
-    with pytest.raises(RecordError, match="'specdec.bench/1' is not specdec.bench/3"):
+    with pytest.raises(RecordError, match="'specdec.bench/1' is not specdec.bench/4"):
         read_results(json.dumps({"schema": "specdec.bench/1"}))
     with pytest.raises(RecordError, match="not JSON"):
         read_results("{")
@@ -20,7 +20,7 @@ def test_schema_is_checked_before_anything_else() -> None:
 def test_a_version_1_file_still_serves_as_a_baseline() -> None:
     figures = {name: None for name in Figures.names()} | {"speedup": 1.2, "tokens_per_s": 80}
     old = read_figures(json.dumps({"schema": "specdec.bench/1", "figures": figures, "whatever": {}}))
-    assert old.get("speedup") == 1.2 and old.get("tokens_per_s") == 80.0 and RESULTS_SCHEMA == "specdec.bench/3"
+    assert old.get("speedup") == 1.2 and old.get("tokens_per_s") == 80.0 and RESULTS_SCHEMA == "specdec.bench/4"
     with pytest.raises(RecordError, match="figures.speed"):
         read_figures(json.dumps({"schema": RESULTS_SCHEMA, "figures": {"speed": 1.0}}))
     with pytest.raises(KeyError):
