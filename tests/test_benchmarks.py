@@ -63,3 +63,13 @@ def test_toolchain_scale_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
     assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", "export", "surgery", "quantize-rtn"]
     assert all(row.endswith("| 0 |") for row in rows), rows
+
+
+@pytest.mark.slow
+def test_constrained_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    _run(monkeypatch, "constrained.py", str(bundle_factory("llama").path), "--prompts", "2", "--tokens", "6",
+         "--threads", "1")
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"none", "ban mask", "ban refuse", "json_schema", "regex"}
+    assert all(case["speculative_equals_plain"] for case in report.values())

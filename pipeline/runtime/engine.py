@@ -302,11 +302,20 @@ class Engine:
             with clock(VERIFY):
                 logits, _ = target.forward(*args)
             assert logits is not None
-            if self._constraints is not None:  # every node's row given its own path
+            constraints = self._constraints
+            if constraints is not None and config.effective_mode is not VerifyMode.rrs:
+                # greedy / match read one row per accepted node: only those rows are processed
                 with clock(PROCESS):
-                    logits = self._constraints.process_tree(logits, tree.tokens, tree.parents)
-            with clock(ACCEPT):
-                accepted, length, next_token = self._verify(logits, tree, drafted, config, rand, generated)
+                    walked, next_token = constraints.walk(
+                        logits, tree.tokens, tree.parents,
+                        lambda row, depth: self._choose(row, generated + depth, config, rand))
+                accepted, length = np.array(walked, np.int64), len(walked)
+            else:
+                if constraints is not None:  # rrs reads residuals along the path: every node's row, own prefix
+                    with clock(PROCESS):
+                        logits = constraints.process_tree(logits, tree.tokens, tree.parents)
+                with clock(ACCEPT):
+                    accepted, length, next_token = self._verify(logits, tree, drafted, config, rand, generated)
         stats.bytes_out += target.last_bytes_out
         path: list[int] = accepted[:length].tolist()
         with clock(COMMIT):
