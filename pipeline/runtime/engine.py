@@ -30,6 +30,7 @@ from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMod
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.int8_range import check_weight_range
 from specdec.pipeline.runtime.lookup import LookupDrafter, ModelLookupDrafter
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.runtime.model_drafter import ModelDrafter
@@ -79,7 +80,8 @@ def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) ->
         if graph is None:
             raise BundleError(f"compiled bundle '{bundle.path}' has no fused {info.role} graph",
                               "re-run `specdec compile`")
-        return FusedRunner(info, bundle.path / graph.runtime_file, buckets.max_context, options)
+        return FusedRunner(info, bundle.path / graph.runtime_file, buckets.max_context, options,
+                           policy=buckets.kv_policy)
     from specdec.pipeline.runtime.static import StaticRunner
 
     return StaticRunner(info, bundle, options)
@@ -88,6 +90,7 @@ def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) ->
 class Engine:
     def __init__(self, bundle: str | Path | BundleInfo, options: SessionOptions | None = None) -> None:
         self.info = bundle if isinstance(bundle, BundleInfo) else read_bundle(bundle)
+        check_weight_range(self.info.quantization)
         options = options or SessionOptions()
         self.target = make_runner(self.info.graphs["target"], self.info, options)
         self.vocab = self.info.graphs["target"].vocab_size
