@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, BanPolicy, DecodeConfig, DrafterKind, PruneParams
+from specdec.pipeline.records.kv_policy import KVCache, KVDtype
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.strict_model import StrictModel, validate_model
 
@@ -112,6 +113,12 @@ class CompileSpec(StrictModel):
     # npu: KV slots of each context-length bucket (attention spans the smallest that holds the
     # sequence); capped at max_context, which is always the last bucket
     context_buckets: list[int] = Field(default_factory=lambda: [128, 256, 512, 1024])
+    # the KV cache policy this device class compiles for (records/kv_policy.py): `full` keeps the
+    # context exactly; `window` (lossy) keeps kv_sinks + the last kv_window positions
+    kv_cache: KVCache = KVCache.full
+    kv_sinks: int = Field(4, ge=0)
+    kv_window: int = Field(256, ge=1)
+    kv_dtype: KVDtype = KVDtype.float32  # int8: a quarter of the bytes, lossy
 
     @model_validator(mode="after")
     def _increasing(self) -> CompileSpec:

@@ -185,8 +185,10 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
 
 
 def bundle_context(bundle: Bundle) -> int:
-    if bundle.manifest.buckets is not None:
-        return bundle.manifest.buckets.max_context
+    """The positions a reply may reach: the compiled context, or past it under a window KV policy."""
+    table = bundle.manifest.buckets
+    if table is not None:
+        return table.kv_policy.positions(table.max_context)
     return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
 
 
