@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
 CHANNEL_BLOCK = 64
+USELESS_KL = 1e-6  # dropping a layer with less KL than this changes no prediction measurably
 FFN_MASS = 0.99  # the default FFN width keeps this share of each kept layer's channel importance
 
 
@@ -187,7 +188,8 @@ def choose(importance: Importance, shape: Geometry, *, size: float, layers: int 
         ffn = _round_up(needed, CHANNEL_BLOCK, shape.intermediate)
     if layers is None:
         budget = size * shape.layers * shape.layer_params(shape.kv_heads, shape.intermediate)
-        layers = max(1, min(shape.layers, int(budget // shape.layer_params(kv, ffn))))
+        useful = sum(1 for kl in importance.layer_kl if kl > USELESS_KL)  # a layer that changes nothing stays out
+        layers = max(1, min(shape.layers, useful, int(budget // shape.layer_params(kv, ffn))))
     ranked = sorted(range(shape.layers), key=lambda i: (-importance.layer_kl[i], i))
     kept = tuple(sorted(ranked[:layers]))
 

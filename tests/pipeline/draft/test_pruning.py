@@ -91,6 +91,8 @@ def test_layers_are_chosen_by_measured_importance() -> None:
     assert importance.layer_kl[0] == pytest.approx(0, abs=1e-6) and importance.layer_kl[2] == pytest.approx(0, abs=1e-6)
     plan = pruning.choose(importance, shape, size=0.5, layers=2, heads=None, ffn=None)
     assert plan.layers == (1, 3)
+    # by size, layers that change nothing are never kept, even where the budget allows them
+    assert pruning.choose(importance, shape, size=1.0, layers=None, heads=None, ffn=None).layers == (1, 3)
 
 
 def test_default_ffn_keeps_the_channels_that_matter_in_blocks_of_64() -> None:
