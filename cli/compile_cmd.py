@@ -12,6 +12,7 @@ from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import human_bytes, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
+from specdec.pipeline.records.kv_policy import KVCache, KVDtype
 from specdec.pipeline.records.manifest import GraphFlavour
 
 
@@ -30,6 +31,15 @@ def compile_(
                                         "capped at --max-context, which is always the last)."),
     format: OutputFormat = typer.Option(None, "--format", help="onnx, ort or both (npu: onnx, whose variants "
                                         "share weights; ORT format repeats them per variant; cpu: both)."),
+    kv_cache: KVCache = typer.Option(None, "--kv-cache", help="KV cache policy: full (exact) or window (lossy: "
+                                     "--kv-sinks first + --kv-window latest positions, replies past the context; "
+                                     "cpu flavour); the profile's compile.kv_cache."),
+    kv_sinks: int = typer.Option(None, "--kv-sinks", help="window: first positions kept (profile's, 4)."),
+    kv_window: int = typer.Option(None, "--kv-window", help="window: latest positions kept (profile's, 256)."),
+    kv_dtype: KVDtype = typer.Option(None, "--kv-dtype", help="KV rows: float32 (exact) or int8 (lossy, a quarter "
+                                     "of the bytes, per-channel scales calibrated here; cpu flavour); the profile's."),
+    kv_calib: Path = typer.Option(None, "--kv-calib", help="Text to measure a lossy KV policy on against the full "
+                                  "cache (mismatch rate, perplexity); quantize's default calibration text."),
     force: options.Force = False,
 ) -> None:
     """Compile the bundle's graphs in a runtime flavour: fused cpu graphs, or npu static q × context variants."""
@@ -54,4 +64,11 @@ def compile_(
         exact = "bitwise in trees" if invariance["tree"] else "bitwise in the exact (chain) layout" \
             if invariance["chain"] else "up to float rounding only"
         err.print(f"speculation on this target is exact {exact} (see `specdec inspect`)")
+    policy = result.manifest.buckets.kv_policy if result.manifest.buckets is not None else None
+    if policy is not None and policy.lossy:
+        quality = report.get("kv_quality", {})
+        note(f"KV cache policy {policy.describe(result.manifest.graphs['target'].dtype)} is lossy: against the full "
+             f"cache on {quality.get('tokens')} calibration tokens, {quality.get('mismatch_rate', 0):.1%} of greedy "
+             f"tokens differ ({quality.get('mismatch_rate_past_reach', 0):.1%} past its reach), perplexity "
+             f"{quality.get('perplexity_full', 0):.3f} -> {quality.get('perplexity_policy', 0):.3f}")
     err.print(f"wrote [bold]{result.path}[/]")

@@ -35,6 +35,13 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
                        f"{g['num_kv_heads']} × {g['head_dim']}", str(g["vocab_size"]),
                        f"{g['parameters'] / 1e6:.2f} M", human_bytes(g["bytes"]))
     out.print(graphs)
+    shared = summary["reports"].get("export", {}).get("shared")
+    if isinstance(shared, dict) and shared.get("file"):
+        line = (f"shared by target and draft: {human_bytes(shared['bytes'])} in {shared['tensors']} tensors "
+                f"({shared['file']})")
+        rewritten = [stage for stage in bundle.stages() if stage != "export"]
+        out.print(line + (", stored once" if not rewritten else
+                          f"; {', '.join(rewritten)} rewrote the graphs, each with its own copy"))
     for role, g in summary["graphs"].items():
         io = Table(title=f"{role} inputs / outputs", title_justify="left")
         for column in ("", "name", "dtype", "shape"):
@@ -54,6 +61,7 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
                         json.dumps(entry["config"], sort_keys=True), entry["fingerprint"][:12])
     out.print(lineage)
     render_quantization(bundle)
+    out.print(kv_policy_line(summary))
     render_compiled(summary)
     render_plan(bundle)
     validation = summary["reports"].get("export", {}).get("validation")
@@ -100,6 +108,15 @@ def render_plan(bundle: Bundle) -> None:
                   f"{layout}, {device_plan.calibration_rounds} calibration rounds)")
         out.print(plan_table(device_plan))
         out.print(f"  {plan_fit_line(device_plan)}")
+
+
+def kv_policy_line(summary: dict[str, Any]) -> str:
+    """`KV cache: window S=4 W=256 float32 (lossy), 4096 B/token (target 2048 + draft 2048), 2.1 MiB for 580 slots`."""
+    kv = summary["kv_cache"]
+    per_role = kv["bytes_per_token"]
+    parts = " + ".join(f"{role} {value}" for role, value in per_role.items())
+    return (f"KV cache: {kv['policy']}{' (lossy)' if kv['lossy'] else ''}, {sum(per_role.values())} B/token ({parts}), "
+            f"{human_bytes(kv['bytes_held'])} for {kv['slots']} slots, replies up to {kv['reply_positions']} positions")
 
 
 def render_compiled(summary: dict[str, Any]) -> None:

@@ -133,13 +133,14 @@ def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
         "entropy_low": scenario.entropy_low, "entropy_high": scenario.entropy_high, "beta_base": scenario.beta_base,
         "rho_min": scenario.rho_min, "rho_max": scenario.rho_max, "depth": scenario.depth, "width": scenario.width,
         "drafter": scenario.drafter, "lookup_max_ngram": scenario.lookup_max_ngram,
-        "lookup_min_ngram": scenario.lookup_min_ngram})
+        "lookup_min_ngram": scenario.lookup_min_ngram, **scenario.compliance.settings()})
 
 
 def profile_layer(profile: DeviceProfile) -> Layer:
     tree = profile.tree
     return Layer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth, "width": tree.width,
-                                             "max_k": tree.max_k, "drafter": tree.drafter})
+                                             "max_k": tree.max_k, "drafter": tree.drafter,
+                                             **profile.compliance.settings()})
 
 
 def defaults_layer() -> Layer:

@@ -5,10 +5,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
+
 from specdec.pipeline.bundle import Bundle, Manifest
 from specdec.pipeline.graph_io import belongs_to
 from specdec.pipeline.records.codec import dump
+from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.manifest import TensorSpec
+from specdec.pipeline.runtime.fused_kv import ROUND_ROWS
+from specdec.pipeline.runtime.memory import kv_bytes_per_token
 
 _LAYERED = re.compile(r"^(past_key_values|present)\.(\d+)\.(key|value)$")
 
@@ -64,6 +69,7 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
             "outputs": compact_io(spec.outputs),
         }
     return {
+        "kv_cache": kv_cache(manifest),
         "path": str(bundle.path),
         "schema_version": manifest.schema_version,
         "tool_version": manifest.tool_version,
@@ -79,3 +85,19 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         "buckets": dump(manifest.buckets),
         "plan": dump(manifest.plan),
     }
+
+
+def kv_cache(manifest: Manifest) -> dict[str, Any]:
+    """The KV cache policy of the bundle's runtime graphs and what it costs: bytes per token (one key
+    and one value row per layer, per role) and the slots a runner holds at most."""
+    table = manifest.buckets
+    policy = table.kv_policy if table is not None else KVPolicy()
+    per_token = {role: kv_bytes_per_token(g.num_layers, g.num_kv_heads, g.head_dim,
+                                          1 if policy.quantized else np.dtype(g.dtype).itemsize)
+                 for role, g in manifest.graphs.items()}
+    context = table.max_context if table is not None else min(g.max_position_embeddings
+                                                              for g in manifest.graphs.values())
+    slots = policy.sinks + 2 * policy.window + ROUND_ROWS if policy.windowed else context
+    return {"policy": policy.describe(manifest.graphs["target"].dtype), "lossy": policy.lossy,
+            "bytes_per_token": per_token, "slots": slots, "bytes_held": sum(per_token.values()) * slots,
+            "reply_positions": policy.positions(context)}

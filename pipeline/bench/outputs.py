@@ -21,6 +21,7 @@ from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.prompts import BenchPrompt
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.decode import VerifyMode
+from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.results import (
     BenchResults,
     BundleRef,
@@ -32,6 +33,7 @@ from specdec.pipeline.records.results import (
     SensorSummary,
     Thermal,
 )
+from specdec.pipeline.runtime.processors import processor_names
 from specdec.pipeline.settings import ResolvedSettings
 
 
@@ -54,7 +56,8 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
         profile=profile.name,
         scenario=scenario,
         config=RunSettings(decode=settings.config, sources=settings.sources, prompts=len(prompts), repeats=repeats,
-                           prompt_ids=[p.id for p in prompts], controllers=controllers),
+                           prompt_ids=[p.id for p in prompts], controllers=controllers,
+                           processors=processor_names(settings.config)),
         partial=run.partial,
         partial_reason=run.partial_reason,
         figures=result.figures,
@@ -74,8 +77,8 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
 
 def kv_policy_name(bundle: Bundle) -> str:
     """The bundle's KV cache policy in words, e.g. "full float32"."""
-    graph = bundle.manifest.graphs["target"]
-    return f"full {graph.dtype}"
+    table = bundle.manifest.buckets
+    return (table.kv_policy if table is not None else KVPolicy()).describe(bundle.manifest.graphs["target"].dtype)
 
 
 def enable_rule(events: list[dict[str, Any]], prompts: list[BenchPrompt], gain: float | None,

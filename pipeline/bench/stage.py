@@ -25,7 +25,7 @@ from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
-from specdec.pipeline.records.decode import DrafterKind, VerifyMode
+from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
@@ -74,6 +74,12 @@ class BenchConfig:
     tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
     calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
     exact_layout: bool | None = None
+    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
+    ban: tuple[str, ...] | None = None
+    ban_policy: BanPolicy | None = None
+    refusal: str | None = None
+    json_schema: str | None = None
+    regex: str | None = None
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
     baseline: Path | None = None
@@ -179,8 +185,10 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
 
 
 def bundle_context(bundle: Bundle) -> int:
-    if bundle.manifest.buckets is not None:
-        return bundle.manifest.buckets.max_context
+    """The positions a reply may reach: the compiled context, or past it under a window KV policy."""
+    table = bundle.manifest.buckets
+    if table is not None:
+        return table.kv_policy.positions(table.max_context)
     return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
 
 

@@ -7,12 +7,13 @@ The flavours (compile/fused/, compile/static/) take the resolved settings; the s
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specdec.pipeline import profiles
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.records.kv_policy import KVCache, KVDtype, KVPolicy
 from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
 
 
@@ -32,6 +33,8 @@ class CompileSettings:
     context_buckets: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()  # adjustments the user should hear about (a clamped default)
     warnings: tuple[str, ...] = ()  # and ones they should heed (a flavour the model cannot have)
+    kv_policy: KVPolicy = field(default_factory=KVPolicy)
+    kv_calib: Path | None = None  # the text a lossy policy's quality is measured on
 
     def record(self) -> dict[str, Any]:
         """The lineage's compile config: what was built (the flavour, the clamped context), not what was asked."""
@@ -40,6 +43,11 @@ class CompileSettings:
                                   "prefill_chunk": self.prefill_chunk, "format": self.format.value}
         if self.context_buckets:
             record["context_buckets"] = list(self.context_buckets)
+        if self.kv_policy.windowed:  # a full float cache leaves the record as it always was
+            record.update(kv_cache=self.kv_policy.cache.value, kv_sinks=self.kv_policy.sinks,
+                          kv_window=self.kv_policy.window)
+        if self.kv_policy.quantized:
+            record["kv_dtype"] = self.kv_policy.dtype.value
         return record
 
 
@@ -58,6 +66,12 @@ class CompileConfig:
     # None: the flavour's default, onnx for npu (its variants share weights files, which ORT
     # format cannot reference) and both for cpu
     format: OutputFormat | None = None
+    # the KV cache policy (records/kv_policy.py); the profile's when None. `window` is lossy.
+    kv_cache: KVCache | None = None
+    kv_sinks: int | None = None  # window: the first positions kept (profile's, 4)
+    kv_window: int | None = None  # window: the latest positions kept (profile's, 256)
+    kv_dtype: KVDtype | None = None  # the rows' dtype (profile's, float32); int8 is lossy
+    kv_calib: Path | None = None  # text to measure a lossy policy on; the quantize stage's default text
     force: bool = False
 
     def resolve(self, model_context: int | None = None) -> CompileSettings:
@@ -89,4 +103,28 @@ class CompileConfig:
             contexts = (*(c for c in given if c < context), context)
         output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
         return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, output_format,
-                               self.profile, contexts, notes)
+                               self.profile, contexts, notes, kv_policy=self._kv_policy(spec, flavour, context),
+                               kv_calib=self.kv_calib)
+
+    def _kv_policy(self, spec: profiles.CompileSpec, flavour: GraphFlavour, context: int) -> KVPolicy:
+        cache = self.kv_cache or spec.kv_cache
+        dtype = self.kv_dtype or spec.kv_dtype
+        if dtype is not KVDtype.float32 and flavour is not GraphFlavour.cpu:
+            raise InputError(f"{setting('kv_dtype')} {dtype.value} is built for the cpu flavour only",
+                             f"compile with {setting('target')} cpu, or {setting('kv_dtype')} float32")
+        if cache is KVCache.full:
+            for name in ("kv_sinks", "kv_window"):
+                if getattr(self, name) is not None:
+                    raise InputError(f"{setting(name)} applies to {setting('kv_cache')} window only",
+                                     f"add {setting('kv_cache')} window or drop {setting(name)}")
+            return KVPolicy(dtype=dtype)
+        sinks = spec.kv_sinks if self.kv_sinks is None else self.kv_sinks
+        window = spec.kv_window if self.kv_window is None else self.kv_window
+        if flavour is not GraphFlavour.cpu:
+            raise InputError(f"{setting('kv_cache')} window is built for the cpu flavour only",
+                             f"compile with {setting('target')} cpu, or {setting('kv_cache')} full")
+        if sinks < 0 or window < 1 or sinks + window >= context:
+            raise InputError(f"{setting('kv_sinks')} {sinks} + {setting('kv_window')} {window} must be at least 1 "
+                             f"and below the max context ({context}): the window would keep everything",
+                             f"use a smaller {setting('kv_window')}, or {setting('kv_cache')} full")
+        return KVPolicy(KVCache.window, sinks=sinks, window=window, dtype=dtype)

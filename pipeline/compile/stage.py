@@ -62,6 +62,12 @@ def compile_settings(config: CompileConfig, manifest: Manifest) -> CompileSettin
                              f"{spec.max_position_embeddings} positions",
                              f"use {setting('max_context')} {spec.max_position_embeddings} or less")
     settings = config.resolve(model_context)
+    policy = settings.kv_policy
+    for role, spec in manifest.graphs.items():
+        own = spec.decoder.window if spec.decoder is not None else None
+        if policy.windowed and own is not None and own > policy.window:
+            raise InputError(f"{setting('kv_window')} {policy.window} is narrower than the {role}'s own attention "
+                             f"window ({own})", f"use {setting('kv_window')} {own} or more")
     flavour, warning = _flavour(settings, manifest)
     if warning is None:
         return settings

@@ -13,6 +13,10 @@ cache; that needs keys re-rotated as the window moves, which the fused kernels' 
 rules out). A reply may run to `POSITIONS_PER_CONTEXT` × max_context positions: the rotary tables
 are built that long. Layers that have a window of their own (Gemma 3, Mistral) keep it.
 
+`int8` stores every key and value row as int8 with one static scale per layer, KV head and channel
+(onnxruntime's GroupQueryAttention quantizes rows as it writes them and dequantizes inside the
+attention), the scales calibrated at compile time.
+
 Any policy other than `full` in the graph's dtype changes the target's output: it is lossy, off by
 default, and `specdec compile` measures it against the full float cache (the quality report).
 """
@@ -26,6 +30,11 @@ from dataclasses import dataclass
 POSITIONS_PER_CONTEXT = 8
 
 
+class KVDtype(str, enum.Enum):
+    float32 = "float32"  # the graphs' own dtype: exact
+    int8 = "int8"  # per-channel int8 rows, static scales calibrated at compile time (lossy)
+
+
 class KVCache(str, enum.Enum):
     full = "full"  # every position of the context, max_context slots
     window = "window"  # sinks + the last W positions, any reply length
@@ -36,6 +45,7 @@ class KVPolicy:
     cache: KVCache = KVCache.full
     sinks: int = 0  # window: the first positions every query keeps seeing
     window: int = 0  # window: how many of the latest positions a query sees, itself included
+    dtype: KVDtype = KVDtype.float32
 
     def __post_init__(self) -> None:
         if self.cache is KVCache.window and self.window < 1:
@@ -51,7 +61,11 @@ class KVPolicy:
 
     @property
     def lossy(self) -> bool:
-        return self.cache is not KVCache.full
+        return self.cache is not KVCache.full or self.dtype is not KVDtype.float32
+
+    @property
+    def quantized(self) -> bool:
+        return self.dtype is KVDtype.int8
 
     def positions(self, max_context: int) -> int:
         """The positions a reply may reach: the context, or past it under a window."""
@@ -60,4 +74,4 @@ class KVPolicy:
     def describe(self, dtype: str) -> str:
         """"full float32", "window S=4 W=256 float32"."""
         shape = f"window S={self.sinks} W={self.window}" if self.windowed else "full"
-        return f"{shape} {dtype}"
+        return f"{shape} {self.dtype.value if self.quantized else dtype}"

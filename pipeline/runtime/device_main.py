@@ -86,7 +86,7 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
     prompts = spec.prompts
     repeats = spec.repeats
     runners = [runner for runner in (engine.target, engine.drafter.runner if engine.drafter else None) if runner]
-    per_token = sum(kv_bytes_per_token(r.info.num_layers, r.info.num_kv_heads, r.info.head_dim, r.dtype.itemsize)
+    per_token = sum(kv_bytes_per_token(r.info.num_layers, r.info.num_kv_heads, r.info.head_dim, r.kv_dtype.itemsize)
                     for r in runners)
     peaks: list[int] = []  # each reply's peak: the run's peak is their maximum once peaks are reset
     with (workdir / EVENTS).open("w") as handle:

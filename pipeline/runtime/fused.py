@@ -43,6 +43,8 @@ class FusedRunner:
         policy = policy or KVPolicy()
         self.policy = policy
         capacity = policy.positions(capacity)
+        # an int8 policy's graphs read and write int8 rows (GroupQueryAttention scales them)
+        self.kv_dtype = np.dtype(np.int8) if policy.quantized else np.dtype(info.dtype)
         self.session = make_session(path, options or SessionOptions(), threads_by_size=False)
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name for o in self.session.get_outputs()}
@@ -59,7 +61,7 @@ class FusedRunner:
             bounded = window is None and policy.windowed
             group = LayerGroup.make([i for i, w in enumerate(windows) if w == window],
                                     policy.window if bounded else window, capacity, info.num_kv_heads,
-                                    info.head_dim, self.dtype, sinks=policy.sinks if bounded else 0,
+                                    info.head_dim, self.kv_dtype, sinks=policy.sinks if bounded else 0,
                                     prefix="" if window is None else "sliding_")
             if group.bias not in inputs:
                 raise GenerationError(f"the fused {info.role} graph has no input '{group.bias}' for its layers "
@@ -76,7 +78,8 @@ class FusedRunner:
         self._wide: CallSlot | None = None  # calls of more rows (prompts), re-bound per size
         # A step sees every committed slot: its mask is a prefix of this zero row, bound in place.
         self._visible_row = np.zeros(capacity, self.dtype)
-        self._window_row = np.zeros(capacity, self.dtype)  # a windowed step's mask, rewritten per step
+        # a windowed step's mask, rewritten per step: one per group (a call binds every group's at once)
+        self._window_rows = [np.zeros(capacity, self.dtype) for _ in self.groups]
         self._length = 0
         self._scratch = 0
         self._scratch_positions = np.zeros(0, np.int64)  # the position each scratch slot was fed at
@@ -200,7 +203,7 @@ class FusedRunner:
             slot.positions[0, 1:] = range(past + 1, total)
             slot.ids[0, 1:] = 0
         totals, masks = [], []
-        for group in self.groups:
+        for group, window_row in zip(self.groups, self._window_rows, strict=True):
             committed = group.live_rows(past)
             if group.window is None and rows == 1:
                 mask = self._visible_row
@@ -208,6 +211,12 @@ class FusedRunner:
                 mask = np.zeros((rows, committed + rows), self.dtype)
                 mask[:, committed:] = self.mask_min
                 mask[:, committed:].flat[:: rows + 1] = 0
+            elif group.sinks and rows == 1:  # a window policy's step: the sinks, then the window, in place
+                mask = window_row
+                mask[: committed + 1] = 0
+                start, end = max(group.sinks, group.base), past + 1 - group.window  # hidden slots start … end - 1
+                if end > start:
+                    mask[group.held_sinks + start - group.base : group.held_sinks + end - group.base] = self.mask_min
             elif group.sinks:  # a window policy's group: sinks and window from the rows' positions
                 mask = hide_beyond_window(
                     build_mask(self.dtype, self.mask_min, committed, committed, no_scratch(rows),
@@ -215,7 +224,7 @@ class FusedRunner:
                     past + np.arange(rows), np.concatenate([group.key_positions(past), past + np.arange(rows)]),
                     group.window, self.mask_min, group.sinks)
             elif rows == 1:  # the window of the one row, written in place
-                mask = self._window_row
+                mask = window_row
                 mask[: committed + 1] = 0
                 mask[: max(past + 1 - group.window - group.base, 0)] = self.mask_min
             else:

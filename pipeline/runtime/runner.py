@@ -13,15 +13,18 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.runtime.graph import Graph, SessionOptions
 from specdec.pipeline.runtime.kv import KVCache
 from specdec.pipeline.runtime.manifest import GraphInfo
+from specdec.pipeline.runtime.masks import hide_beyond_window
 from specdec.pipeline.runtime.tree import ancestor_matrix
 
 
 class Runner(Protocol):
     info: GraphInfo
     dtype: np.dtype
+    kv_dtype: np.dtype  # of the KV rows (int8 under an int8 KV policy)
     has_prune: bool
     has_verify: bool
     last_bytes_out: int
@@ -99,12 +102,17 @@ def tree_mask(parents: Sequence[int] | np.ndarray, past: int, dtype: np.dtype[An
 
 
 class DynamicRunner:
-    """Dynamic-shape graph: the KV cache grows with every forward and shrinks at commit."""
+    """Dynamic-shape graph: the KV cache grows with every forward and shrinks at commit.
 
-    def __init__(self, info: GraphInfo, options: SessionOptions | None = None) -> None:
+    A window KV `policy` is applied by the mask alone (every row is kept, the ones the policy
+    drops are hidden): the reference the compiled policy's bounded buffers are checked against."""
+
+    def __init__(self, info: GraphInfo, options: SessionOptions | None = None, policy: KVPolicy | None = None) -> None:
         self.info = info
+        self.policy = policy or KVPolicy()
         self.graph = Graph(info, options)
         self.dtype = self.graph.dtype
+        self.kv_dtype = self.dtype
         self.has_prune = self.graph.has_prune
         self.has_verify = self.graph.has_verify
         self.kv = KVCache(info)
@@ -121,7 +129,7 @@ class DynamicRunner:
 
     @property
     def max_context(self) -> int:
-        return self.info.max_position_embeddings
+        return self.policy.positions(self.info.max_position_embeddings)
 
     @property
     def kv_bytes(self) -> int:
@@ -149,6 +157,10 @@ class DynamicRunner:
         mask = build_mask(self.dtype, self.graph.mask_min, self.kv.length, width, scratch_visible, new_visible)
         # committed slot i holds position i; scratch slots hold the positions they were fed at
         past = np.concatenate([np.arange(self.kv.length), self._scratch_positions])
+        if self.policy.windowed:
+            keys = np.concatenate([past, np.asarray(positions).reshape(-1)])
+            mask = hide_beyond_window(mask, positions, keys, self.policy.window, self.graph.mask_min,
+                                      self.policy.sinks)
         logits, present, extras = self.graph.forward(ids, positions, mask, self.kv.layers, extra_inputs,
                                                      extra_outputs, with_logits, past_positions=past)
         self.kv.absorb(present)

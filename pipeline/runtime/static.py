@@ -77,6 +77,7 @@ class StaticRunner:
                               f"({self.capacity})", "re-run `specdec compile`")
         self._buckets: dict[tuple[int, int], _Bucket] = {}
         self.dtype = np.dtype(info.dtype)
+        self.kv_dtype = self.dtype
         self.mask_min = np.finfo(self.dtype).min
         self._heads, self._head_dim = info.num_kv_heads, info.head_dim
         # one block per layer and kind; each context bucket is a contiguous prefix view of it

@@ -205,6 +205,8 @@ class _Decoder:
     emit: _Emitter
     weights: DecoderWeights
     ropes: dict[str, tuple[str, str]]  # rotary table -> (cos, sin) initializer names
+    # an int8 KV cache: per layer, the key and value scales [kv_heads, 1, head_dim]
+    kv_scales: list[tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def record(self) -> Decoder:
@@ -260,10 +262,16 @@ class _Decoder:
                                     "rotary_interleaved": 0}
         if record.attention_scale is not None:
             attrs["scale"] = record.attention_scale
+        quantized: list[str] = []
+        if self.kv_scales is not None:  # the op quantizes the rows it writes and dequantizes what it reads
+            key_scale, value_scale = self.kv_scales[index]
+            quantized = ["", emit.const(f"{base}.k_scale", key_scale.astype(np.float32)),
+                         emit.const(f"{base}.v_scale", value_scale.astype(np.float32))]
+            attrs.update(k_quant_type="PER_CHANNEL", v_quant_type="PER_CHANNEL", kv_cache_bit_width=8)
         attended = emit.node(
             "GroupQueryAttention",
             [*inputs, f"past_key_values.{index}.key", f"past_key_values.{index}.value", seqlens, total, cos, sin,
-             "position_ids" if rope is not None else "", bias],
+             "position_ids" if rope is not None else "", bias, *quantized],
             [emit.name(f"{base}/attn_out"), f"present.{index}.key", f"present.{index}.value"], f"{base}/attn",
             domain=MS_DOMAIN, **attrs,
         )[0]
@@ -308,8 +316,10 @@ def _embed(emit: _Emitter, weights: DecoderWeights) -> str:
     return hidden
 
 
-def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18) -> onnx.ModelProto:
-    """The fused graph of `weights` under the contract in this module's docstring."""
+def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18,
+                  kv_scales: list[tuple[np.ndarray, np.ndarray]] | None = None) -> onnx.ModelProto:
+    """The fused graph of `weights` under the contract in this module's docstring; with `kv_scales`
+    (per layer: key and value scales [kv_heads, 1, head_dim]) its KV buffers are int8."""
     record = weights.decoder
     reason = fused_blocker(record, weights.head_dim)
     if reason is not None:
@@ -322,7 +332,8 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     for name, rope in record.ropes.items():
         cos, sin = _rotary_caches(rope, max_positions, weights.dtype)
         ropes[name] = (emit.const(f"cos_cache.{name}", cos), emit.const(f"sin_cache.{name}", sin))
-    decoder = _Decoder(emit, weights, ropes)
+    decoder = _Decoder(emit, weights, ropes, kv_scales)
+    kv_elem = TensorProto.INT8 if kv_scales is not None else elem
     hidden = _embed(emit, weights)
     branch: str | None = None  # the last sublayer's output, still to be added to `hidden`
     for index, layer in enumerate(weights.layers):
@@ -355,8 +366,9 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     for index, window in enumerate(record.windows):  # a group's buffers share their length
         prefix = "" if window is None else "sliding_"
         for kind in ("key", "value"):
-            inputs.append(_value(f"past_key_values.{index}.{kind}", elem, [1, kv, f"{prefix}past_sequence_length", d]))
-            outputs.append(_value(f"present.{index}.{kind}", elem, [1, kv, f"{prefix}present_sequence_length", d]))
+            inputs.append(_value(f"past_key_values.{index}.{kind}", kv_elem,
+                                 [1, kv, f"{prefix}past_sequence_length", d]))
+            outputs.append(_value(f"present.{index}.{kind}", kv_elem, [1, kv, f"{prefix}present_sequence_length", d]))
     graph = helper.make_graph(emit.nodes, "specdec_fused_cpu", inputs, outputs, emit.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS_DOMAIN, 1)],
                               producer_name="specdec")

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specdec.pipeline.bundle import Bundle, Manifest
+from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
 from specdec.pipeline.compile.fused.builder import build_decoder
+from specdec.pipeline.compile.fused.kv_int8 import calibrate_scales
 from specdec.pipeline.compile.fused.validate import validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
@@ -44,6 +46,20 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def _build(weights: Any, role: str, custom: Any, positions: int,
+           kv_scales: list[tuple[Any, Any]] | None = None) -> onnx.ModelProto:
+    """The fused graph of `role` with the op surgery put after the logits, after the new logits."""
+    model = build_decoder(weights, max_positions=positions, kv_scales=kv_scales)
+    if custom is not None:
+        rule = BY_ROLE[role]
+        reason = rule.check(model)
+        if reason is not None:
+            raise BundleError(f"cannot re-insert {custom.op} into the fused {role} graph: {reason}",
+                              "report this with SPECDEC_DEBUG=1 output")
+        rule.apply(model, **custom.attributes)
+    return model
+
+
 def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: CompileSettings,
                   progress: Progress) -> None:
     """Write the fused graphs under `out`/cpu and set `manifest.buckets` and its report."""
@@ -59,25 +75,39 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                 raise BundleError(f"the {role} graph has no architecture record", "re-export the bundle")
             weights = read_decoder(load_graph(source.graph_path(role)), num_kv_heads=spec.num_kv_heads,
                                    head_dim=spec.head_dim, dtype=spec.dtype, decoder=spec.decoder)
-            model = build_decoder(weights, max_positions=settings.max_context)
+            # a window KV policy decodes past the context: its rotary tables reach the policy's positions
+            positions = settings.kv_policy.positions(settings.max_context)
             custom = manifest.custom_ops.graphs.get(role) if manifest.custom_ops is not None else None
-            if custom is not None:  # the op surgery put after the logits goes after the new logits
-                rule = BY_ROLE[role]
-                reason = rule.check(model)
-                if reason is not None:
-                    raise BundleError(f"cannot re-insert {custom.op} into the fused {role} graph: {reason}",
-                                      "report this with SPECDEC_DEBUG=1 output")
-                rule.apply(model, **custom.attributes)
+            model = _build(weights, role, custom, positions)
             ops = _op_counts(model)
             path = out / FUSED_DIR / f"{role}.onnx"
             save_graph(model, path)
             del model
-            runner = FusedRunner(replace(dynamic[role], file=path), path, settings.max_context,
-                                 SessionOptions(threads=1))
+            info = replace(dynamic[role], file=path)
+            runner = FusedRunner(info, path, settings.max_context, SessionOptions(threads=1))
             int8 = manifest.quantization is not None and manifest.quantization.int8_activations(role)
             validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size, int8_compute=int8)
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
+            reference = path  # the float graph a lossy policy is measured against
+            if settings.kv_policy.lossy:
+                tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
+            if settings.kv_policy.quantized:  # int8 rows: scales from the float graph's own keys and values
+                scales = calibrate_scales(runner, tokens, settings.max_context)
+                reference = path.with_name(f"{role}.float.onnx")
+                path.rename(reference)
+                for data in path.parent.glob(f"{path.name}.data"):
+                    data.rename(reference.with_name(f"{reference.name}.data"))
+                model = _build(weights, role, custom, positions, scales)
+                ops = _op_counts(model)
+                save_graph(model, path)
+                del model
+            if settings.kv_policy.lossy and role == "target":  # what the policy costs against the full cache
+                report["kv_quality"] = kv_quality.measure(info, reference, path, settings.max_context,
+                                                          settings.kv_policy, tokens)
+            if reference != path:
+                for leftover in path.parent.glob(f"{reference.name}*"):
+                    leftover.unlink()
             inputs, outputs = describe_io(path)
             graphs[role] = FusedGraph(f"{FUSED_DIR}/{role}.onnx", None, inputs, outputs, ops)
             task.advance()
@@ -92,6 +122,7 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                 (out / graph.file).unlink()
                 graph.file = graph.ort_file
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=0, format=settings.format,
-                                   profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs)
+                                   profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs,
+                                   kv_policy=settings.kv_policy)
     report["max_abs_diff"] = validation
     manifest.reports["compile"] = report
