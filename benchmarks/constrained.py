@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.records.decode import BanPolicy, DecodeConfig
+from specdec.pipeline.records.manifest import MANIFEST_NAME
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.stats import PROCESS, Reply
@@ -37,7 +38,7 @@ REGEX = r"(def|class) [a-z_]{1,16}\((self)?\):"
 
 
 def demo_bundle() -> Path:
-    if not (CACHE / "manifest.json").is_file():
+    if not (CACHE / MANIFEST_NAME).is_file():  # the one manifest reader names the file (test_layering)
         from specdec.pipeline.export import ExportConfig, export_bundle
 
         export_bundle(ExportConfig(target="demo", output=CACHE))
