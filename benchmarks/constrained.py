@@ -41,7 +41,7 @@ REGEX = r"(def|class) [a-z_]{1,16}\((self)?\):"
 
 
 def demo_bundle() -> Path:
-    if not (CACHE / MANIFEST_NAME).is_file():
+    if not (CACHE / MANIFEST_NAME).is_file():  # the one manifest reader names the file (test_layering)
         from specdec.pipeline.export import ExportConfig, export_bundle
 
         export_bundle(ExportConfig(target="demo", output=CACHE))
