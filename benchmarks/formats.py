@@ -208,10 +208,12 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--intermediate", type=int, default=4096)
     parser.add_argument("--graphs", action="store_true", help="also build and time the whole realistic target")
-    parser.add_argument("--only", default=None, help="measure only the formats whose name contains this text")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated texts: measure only the formats whose name contains one of them")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    chosen = [fmt for fmt in FORMATS if args.only is None or args.only in fmt.name]
+    wanted = None if args.only is None else [text.strip() for text in args.only.split(",")]
+    chosen = [fmt for fmt in FORMATS if wanted is None or any(text in fmt.name for text in wanted)]
     rng = np.random.default_rng(1)
     shapes = ((args.hidden, args.intermediate), (args.intermediate, args.hidden))
     weights = [(rng.normal(size=shape) * 0.03).astype(np.float32) for _ in range(args.layers) for shape in shapes]

@@ -127,6 +127,9 @@ def _as_specdec_error(exc: BaseException) -> SpecdecError | None:
     path and the fix, and this catches what slips past it (a cache, a log) the same way."""
     if isinstance(exc, SpecdecError):
         return exc
+    if isinstance(exc, MemoryError):  # numpy, or onnxruntime's std::bad_alloc as pybind11 maps it
+        return SpecdecError("out of memory", "free memory (other processes), or ask for less: quantize "
+                            "--calib-samples/--calib-seq-len, compile fewer buckets, bench fewer --threads")
     if isinstance(exc, OSError) and is_write_error(exc) and exc.filename is not None:
         return write_error(exc, os.fsdecode(exc.filename))
     if isinstance(exc, OSError) and is_write_error(exc):
@@ -135,7 +138,8 @@ def _as_specdec_error(exc: BaseException) -> SpecdecError | None:
 
 
 def guarded(command: F) -> F:
-    """Map SpecdecError (and OSErrors of writes) to one line on stderr and its exit code; Ctrl-C to exit 130."""
+    """Map SpecdecError (and OSErrors of writes, running out of memory) to one line on stderr and its exit
+    code; Ctrl-C to exit 130."""
 
     flags = command_flags(command)
 
@@ -143,7 +147,7 @@ def guarded(command: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return command(*args, **kwargs)
-        except (SpecdecError, OSError) as caught:
+        except (SpecdecError, OSError, MemoryError) as caught:
             exc = _as_specdec_error(caught)
             if exc is None:
                 raise

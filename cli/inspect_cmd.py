@@ -35,6 +35,13 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
                        f"{g['num_kv_heads']} × {g['head_dim']}", str(g["vocab_size"]),
                        f"{g['parameters'] / 1e6:.2f} M", human_bytes(g["bytes"]))
     out.print(graphs)
+    shared = summary["reports"].get("export", {}).get("shared")
+    if isinstance(shared, dict) and shared.get("file"):
+        line = (f"shared by target and draft: {human_bytes(shared['bytes'])} in {shared['tensors']} tensors "
+                f"({shared['file']})")
+        rewritten = [stage for stage in bundle.stages() if stage != "export"]
+        out.print(line + (", stored once" if not rewritten else
+                          f"; {', '.join(rewritten)} rewrote the graphs, each with its own copy"))
     for role, g in summary["graphs"].items():
         io = Table(title=f"{role} inputs / outputs", title_justify="left")
         for column in ("", "name", "dtype", "shape"):

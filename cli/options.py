@@ -103,8 +103,8 @@ Threads = Annotated[int | None, typer.Option(
 # ---- what to decode ---------------------------------------------------------------------------
 
 Prompts = Annotated[Path | None, typer.Option(
-    "--prompts", help="JSONL prompts, one {\"id\", \"text\" or \"input_ids\"} object per line (bench's default: the "
-                      "demo's held-out prompts).")]
+    "--prompts", help="JSONL prompts, one {\"id\", \"text\", \"input_ids\" or chat \"messages\"} object per line "
+                      "(bench's default: the demo's held-out prompts).")]
 Chat = Annotated[bool, typer.Option(
     "--chat", help="Apply the bundle's chat template (from the checkpoint's tokenizer files): each text prompt is one "
                    "user message. Prompt-file lines with \"messages\" always use it.")]

@@ -27,6 +27,9 @@ import yaml
 from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, fingerprint, input_digests
 from specdec.pipeline.compile import CompileConfig, compile_bundle, compile_settings
+from specdec.pipeline.draft import DraftConfig, make_draft
+from specdec.pipeline.draft.report import read as read_draft_report
+from specdec.pipeline.draft.stage import resolve_target
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.export import checkpoint as ckpt
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SECTIONS: dict[str, type] = {"export": ExportConfig, "surgery": SurgeryConfig, "quantize": QuantizeConfig,
                              "compile": CompileConfig, "bench": BenchConfig}
+DRAFT_DIR = "00-draft"  # `draft: {from_target: {...}}`: the draft `specdec draft` makes first
 OUTPUT_DIRS = {"export": "01-export", "surgery": "02-surgery", "quantize": "03-quantize", "compile": "04-compile",
                "bench": "bench"}
 TOP_LEVEL = ("target", "draft", "output", "profile")
@@ -56,6 +60,7 @@ class PipelineConfig:
     compile: CompileConfig
     bench: BenchConfig
     skipped: frozenset[str] = frozenset()  # sections with `enabled: false` (or --no-bench)
+    from_target: DraftConfig | None = None  # the draft to make from the target before export
 
     @property
     def target(self) -> str:
@@ -98,9 +103,10 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
         if key not in TOP_LEVEL and key not in SECTIONS:
             raise RecordError(str(key), "Extra inputs are not permitted")
     target: str = parse(str, data.get("target", ckpt.DEMO_NAME), "target")
-    draft: str | None = parse(str | None, data.get("draft"), "draft")
     # relative paths in the file are relative to the file; --out is relative to the working directory
     root = output if output is not None else base / parse(Path, data.get("output", "specdec-out"), "output")
+    from_target = _from_target(data.get("draft"), target, root, base)
+    draft = str(from_target.output) if from_target else parse(str | None, data.get("draft"), "draft")
     profile: str | None = parse(str | None, data.get("profile"), "profile")
     skipped: set[str] = set()
 
@@ -127,7 +133,36 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
         compile=section("compile", profile=bench.profile_name),  # compile for the device bench runs on
         bench=bench,
         skipped=frozenset(skipped),
+        from_target=from_target,
     )
+
+
+def _from_target(value: Any, target: str, root: Path, base: Path) -> DraftConfig | None:
+    """`draft: {from_target: {DraftConfig fields}}`: make the draft (in OUTPUT/00-draft) from the target."""
+    if not isinstance(value, Mapping):
+        return None
+    if set(value) != {"from_target"}:
+        raise RecordError("draft", "Input should be a checkpoint path or {from_target: {...}} (specdec draft's "
+                                   "options)")
+    values = dict(value["from_target"] or {})
+    for key in ("target", "output", "force", "resume"):
+        if key in values:
+            raise RecordError(f"draft.from_target.{key}", "is set by the pipeline")
+    if values.get("calib") is not None:
+        values["calib"] = str(base / str(values["calib"]))
+    config: DraftConfig = from_dict(DraftConfig, {**values, "target": target, "output": root / DRAFT_DIR,
+                                                  "force": True}, "draft.from_target")
+    return config
+
+
+def _made_draft(config: DraftConfig, progress: Progress) -> None:
+    """Make the draft unless OUTPUT/00-draft already holds one made with the same options."""
+    report = read_draft_report(config.output)
+    if report is not None and report.get("config") == config.record() and \
+            report.get("target") == str(resolve_target(config.target)):
+        log.info("reusing the draft in %s", config.output)
+        return
+    make_draft(config, progress)
 
 
 def _reusable(out: Path, expected: str) -> Bundle | None:
@@ -156,6 +191,8 @@ def run_pipeline(config: PipelineConfig, progress: Progress | None = None,
                  report: Callable[[str, Bundle, bool], None] | None = None) -> tuple[Bundle, BenchOutcome | None]:
     progress = progress or SilentProgress()
     report = report or (lambda name, bundle, reused: None)
+    if config.from_target is not None:
+        _made_draft(config.from_target, progress)
     export = config.export
     bundle = _stage("export", export.output, fingerprint("export", export.record(), export.input_digests),
                     lambda: export_bundle(export, progress), report)

@@ -18,6 +18,8 @@ from specdec.pipeline.records.manifest import TensorSpec
 if TYPE_CHECKING:
     import onnx
 
+# Weights identical in the target and the draft graph, stored once (pipeline/tensor_sharing.py).
+SHARED_DATA = "shared.data"
 # Protobuf caps one message at 2 GiB; graphs above 1 GiB keep their weights in a side file.
 EXTERNAL_DATA_BYTES = 1 << 30
 _INLINE_TENSOR_BYTES = 1024  # smaller tensors stay in the .onnx, as onnx.save does

@@ -53,3 +53,23 @@ def test_adaptive_vs_fixed_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPa
          "--prompts", "2")
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"plain", "fixed", "adaptive"} and report["plain"]["tokens_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_toolchain_scale_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _run(monkeypatch, "toolchain_scale.py", "--sizes", "tiny", "--stages", "export,surgery,quantize-rtn",
+         "--work", str(tmp_path), "--quantize-args", "--calib-samples 2 --calib-seq-len 32")
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", "export", "surgery", "quantize-rtn"]
+    assert all(row.endswith("| 0 |") for row in rows), rows
+
+
+@pytest.mark.slow
+def test_constrained_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    _run(monkeypatch, "constrained.py", str(bundle_factory("llama").path), "--prompts", "2", "--tokens", "6",
+         "--threads", "1")
+    report = json.loads(capsys.readouterr().out)
+    assert set(report) == {"none", "ban mask", "ban refuse", "json_schema", "regex"}
+    assert all(case["speculative_equals_plain"] for case in report.values())

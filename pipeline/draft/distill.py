@@ -59,7 +59,7 @@ def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
 
 @torch.no_grad()
 def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
-                  batch: int = 32) -> torch.Tensor:
+                  batch: int = 64) -> torch.Tensor:
     """`prefix` rows followed by `length` target tokens: sampled with `generator`, greedy without one."""
     rows = []
     for chunk in chunks(prefix, batch):

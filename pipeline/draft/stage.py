@@ -63,6 +63,9 @@ class DraftConfig:
                              "give the draft's size either as a fraction or as a layer count")
         checks = [
             ("size", self.size is None or 0 < self.size <= 1, "pass a fraction such as 0.1"),
+            ("layers", self.layers is None or self.layers >= 1, "pass 1 or more"),
+            ("heads", self.heads is None or self.heads >= 1, "pass 1 or more KV heads"),
+            ("ffn", self.ffn is None or (self.ffn >= 64 and self.ffn % 64 == 0), "pass a multiple of 64"),
             ("minutes", self.minutes is None or self.minutes > 0, "pass a positive number of minutes"),
             ("steps", self.steps is None or self.steps >= 1, "pass 1 or more"),
             ("samples", self.samples >= 8, "pass 8 or more"),
@@ -185,6 +188,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
     shape = pruning.geometry(target_config)
     for param in target.parameters():
         param.requires_grad_(False)
+    phases: dict[str, float] = {}
     budget = config.budget_minutes
     deadline = started + budget * 60 * 0.95 if budget is not None else None  # the rest: evaluation, saving
 
@@ -193,15 +197,18 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id or 0
         corpus = distill.build_corpus(target, samples=config.samples, seq=config.seq, seed=config.seed,
                                       start_token=int(start), calib=calib, progress=progress)
+        phases["corpus_s"] = time.time() - started
         with progress.task("measuring layer, head and channel importance"):
             for param in target.parameters():
                 param.requires_grad_(True)
+            # 8 rows of 64 tokens: the layer sweep costs one target forward per layer over them
             order = torch.randperm(len(corpus.train), generator=torch.Generator().manual_seed(config.seed))
-            importance = pruning.measure(target, distill.chunks(corpus.train[order[:16]], 4), shape)
+            importance = pruning.measure(target, distill.chunks(corpus.train[order[:8], :65], 4), shape)
             for param in target.parameters():
                 param.requires_grad_(False)
         plan = pruning.choose(importance, shape, size=config.size or DEFAULT_SIZE, layers=config.layers,
                               heads=config.heads, ffn=config.ffn)
+        phases["importance_s"] = time.time() - started - phases["corpus_s"]
         training: dict[str, Any] | None = None
     else:
         corpus = distill.Corpus.from_state(resume["corpus"])
@@ -210,7 +217,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         training = resume["training"]
     draft = pruning.build(target, plan, shape)
     at_init = distill.evaluate(target, draft, corpus)
-    log.info("draft at init: %s", at_init)
+    log.info("draft at init: %s (%s)", at_init, phases)
     base = {"version": STATE_VERSION, "fingerprint": fingerprint, "corpus": corpus.state(),
             "importance": dataclasses.asdict(importance), "plan": dataclasses.asdict(plan)}
 
@@ -219,8 +226,10 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
 
     settings = distill.TrainSettings(steps=config.steps, minutes=config.minutes, batch=config.batch, lr=config.lr,
                                      seed=config.seed, checkpoint_minutes=config.checkpoint_minutes)
+    began = time.time()
     trained = distill.train(target, draft, corpus, settings, deadline=deadline, resume=training, save=save,
                             progress=progress)
+    phases["train_s"] = time.time() - began
     quality = distill.evaluate(target, draft, corpus)
     dtype = getattr(target_config, "dtype", None) or torch.float32
     saved = draft.to(getattr(torch, str(dtype).removeprefix("torch.")) if not isinstance(dtype, torch.dtype)
@@ -234,7 +243,8 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         "importance": {"layer_kl": [round(v, 5) for v in importance.layer_kl]},
         "sizes": figures, "own_share_of_target": figures["own_bytes"] / figures["target_bytes"],
         "quality": quality, "quality_at_init": at_init, "steps": trained["steps"], "final_kl": trained["final_kl"],
-        "threads": distill.threads_note(), "minutes": (time.time() - started) / 60,
+        "threads": distill.threads_note(), "phases_s": {k: round(v, 1) for k, v in phases.items()},
+        "minutes": (time.time() - started) / 60,
     }
     with StagedDirectory(config.output, force=config.force, sources=(target_dir,)) as staged:
         saved.save_pretrained(str(staged.dir))

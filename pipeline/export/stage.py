@@ -23,6 +23,7 @@ from specdec.pipeline.export.validate import enforce, validate_graph
 from specdec.pipeline.graph_io import describe_io
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.staging import check_output_dir
+from specdec.pipeline.tensor_sharing import share_identical
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +149,7 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
                 decoder=decoder,
             )
             del model
+        sharing = share_identical(writer.dir, [graphs[role].file for role in graphs]) if len(graphs) > 1 else None
         target = light["target"]
         target.tokenizer.save_pretrained(str(writer.dir / "tokenizer"))
         generation_eos = ckpt.generation_eos(target.source)
@@ -156,6 +158,7 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
             tokenizer=_tokenizer_spec(target.tokenizer, generation_eos),
             reports={"export": {"validation": validation if config.validate else "skipped (--no-validate)",
                                 "warnings": list(pair.warnings),
+                                **({"shared": sharing.record()} if sharing is not None else {}),
                                 **({"draft": TARGET_ONLY} if config.target_only else {})}},
         )
         return writer.finish(manifest, stage="export", config=config.record(), inputs=config.input_digests)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import specdec
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle
-from specdec.pipeline.graph_io import graph_files
+from specdec.pipeline.graph_io import SHARED_DATA, graph_files
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.results import RunSpec
 
@@ -64,7 +64,9 @@ def bundle_files(bundle: Bundle) -> list[str]:
     manifest = bundle.manifest
     if manifest.buckets is not None:
         return manifest.buckets.files()
-    return graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
+    files = graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
+    # tensors target and draft share (export): the graphs reference them in SHARED_DATA
+    return sorted({*files, SHARED_DATA}) if SHARED_DATA in manifest.files else files
 
 
 def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:

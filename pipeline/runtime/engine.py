@@ -30,6 +30,7 @@ from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMod
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.runtime.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.int8_range import check_weight_range
 from specdec.pipeline.runtime.lookup import LookupDrafter, ModelLookupDrafter
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.runtime.model_drafter import ModelDrafter
@@ -89,6 +90,7 @@ def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) ->
 class Engine:
     def __init__(self, bundle: str | Path | BundleInfo, options: SessionOptions | None = None) -> None:
         self.info = bundle if isinstance(bundle, BundleInfo) else read_bundle(bundle)
+        check_weight_range(self.info.quantization)
         options = options or SessionOptions()
         self.target = make_runner(self.info.graphs["target"], self.info, options)
         self.vocab = self.info.graphs["target"].vocab_size
@@ -300,11 +302,20 @@ class Engine:
             with clock(VERIFY):
                 logits, _ = target.forward(*args)
             assert logits is not None
-            if self._constraints is not None:  # every node's row given its own path
+            constraints = self._constraints
+            if constraints is not None and config.effective_mode is not VerifyMode.rrs:
+                # greedy / match read one row per accepted node: only those rows are processed
                 with clock(PROCESS):
-                    logits = self._constraints.process_tree(logits, tree.tokens, tree.parents)
-            with clock(ACCEPT):
-                accepted, length, next_token = self._verify(logits, tree, drafted, config, rand, generated)
+                    walked, next_token = constraints.walk(
+                        logits, tree.tokens, tree.parents,
+                        lambda row, depth: self._choose(row, generated + depth, config, rand))
+                accepted, length = np.array(walked, np.int64), len(walked)
+            else:
+                if constraints is not None:  # rrs reads residuals along the path: every node's row, own prefix
+                    with clock(PROCESS):
+                        logits = constraints.process_tree(logits, tree.tokens, tree.parents)
+                with clock(ACCEPT):
+                    accepted, length, next_token = self._verify(logits, tree, drafted, config, rand, generated)
         stats.bytes_out += target.last_bytes_out
         path: list[int] = accepted[:length].tolist()
         with clock(COMMIT):

@@ -162,10 +162,7 @@ class ModelDrafter:
                    ) -> tuple[np.ndarray, np.ndarray]:
         """Each frontier node's candidates restricted to what the constraints allow after its path."""
         assert self.constraints is not None
-        ids, logprob = ids.copy(), logprob.copy()
-        for row, node in enumerate(frontier):
-            ids[row], logprob[row] = self.constraints.filter_candidates(pool.path(node), ids[row], logprob[row])
-        return ids, logprob
+        return self.constraints.filter_candidates([pool.path(node) for node in frontier], ids, logprob)
 
     def _scratch_visibility(self, pool: CandidatePool, frontier: list[int], slots: int) -> np.ndarray:
         """Each frontier node sees the pending tokens and its ancestors' scratch slots."""

@@ -9,6 +9,7 @@ logits, and `onnx.checker` (full) must pass.
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -22,7 +23,7 @@ from specdec.custom_ops.block_sparse_verify import block_sparse_verify
 from specdec.custom_ops.dynamic_tree_prune import dynamic_tree_prune
 from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
 from specdec.pipeline.errors import BundleError, ValidationError
-from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
+from specdec.pipeline.graph_io import describe_io, external_files, graph_files, load_graph
 from specdec.pipeline.passes import PASSES, prune_pass
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.decode import PruneParams
@@ -58,7 +59,19 @@ def _apply(pass_module: ModuleType, model: onnx.ModelProto, config: SurgeryConfi
                           "pass a bundle written by `specdec export`")
     kwargs = {"max_k": config.max_k} if pass_module is prune_pass else {}
     record: CustomOpGraph = pass_module.apply(model, **kwargs)
-    onnx.checker.check_model(model, full_check=True)
+    return record
+
+
+def _surgery(pass_module: ModuleType, source: Path, out: Path, config: SurgeryConfig) -> CustomOpGraph:
+    """The pass on the graph's structure only: the ops go after `logits` and read no weight, so a graph's
+    external data files are copied as they are (a 1B-parameter graph's 5 GB never enter memory)."""
+    model = load_graph(source, weights=False)
+    record = _apply(pass_module, model, config, source.name)
+    for location in external_files(source):
+        (out.parent / location).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source.parent / location, out.parent / location)
+    onnx.save(model, str(out))
+    onnx.checker.check_model(str(out), full_check=True)  # by path: the checker reads external data itself
     return record
 
 
@@ -75,10 +88,8 @@ def surgery_bundle(config: SurgeryConfig, source: Bundle, progress: Progress | N
             if spec is None:  # a target-only bundle has no draft to prune for
                 continue
             with progress.task(f"inserting {pass_module.OP.schema.name} into {spec.file}"):
-                model = load_graph(source.graph_path(role))
-                records[role] = _apply(pass_module, model, config, spec.file)
+                records[role] = _surgery(pass_module, source.graph_path(role), writer.dir / spec.file, config)
                 out = writer.dir / spec.file
-                save_graph(model, out)
                 validate_surgery(source.graph_path(role), out, role, config.max_k)
             spec.inputs, spec.outputs = describe_io(out)
         manifest.custom_ops = CustomOps(domain=DOMAIN, version=VERSION, graphs=records)

@@ -49,3 +49,20 @@ def test_quantize_piped_to_a_file_prints_progress_lines(bundle_factory, tmp_path
     assert any(re.fullmatch(r"quantize: draft: awq on \d+ layers \d+/\d+ elapsed \d+s( eta \d+s)?", line)
                for line in lines), lines
     assert any(line.startswith("quantize: measuring quality before and after") for line in lines)
+
+
+def test_running_out_of_memory_is_one_line(bundle_factory, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from specdec.pipeline.quantize import calibration
+
+    def exhausted(*args: object, **kwargs: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(calibration, "collect", exhausted)
+    result = runner.invoke(app, ["quantize", str(bundle_factory("llama").path), "-o", str(tmp_path / "q"),
+                                 "--method", "gptq", "--calib-samples", "2", "--calib-seq-len", "16"])
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("error")]
+    assert errors == ["error: out of memory — free memory (other processes), or ask for less: quantize "
+                      "--calib-samples/--calib-seq-len, compile fewer buckets, bench fewer --threads"], result.output
+    assert "Traceback" not in result.output and not (tmp_path / "q").exists()

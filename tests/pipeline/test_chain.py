@@ -74,3 +74,19 @@ def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> 
     path.write_text("bench: {drafter: ngram}\n")
     with pytest.raises(InputError, match="bench.drafter"):
         load_config(path)
+
+
+def test_draft_from_target_section(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("target: demo\noutput: out\ndraft: {from_target: {layers: 2, steps: 10, calib: text.txt}}\n")
+    config = load_config(path)
+    assert config.from_target is not None and config.from_target.layers == 2 and config.from_target.steps == 10
+    assert config.from_target.output == tmp_path / "out" / "00-draft" and config.draft == str(config.from_target.output)
+    assert config.from_target.calib == tmp_path / "text.txt"
+    for bad, where in (("{from_target: {layer: 2}}", "draft.from_target.layer"),
+                       ("{from_target: {output: x}}", "draft.from_target.output"),
+                       ("{make: {}}", "'draft'"),
+                       ("{from_target: {ffn: 100}}", "ffn 100")):
+        path.write_text(f"target: demo\ndraft: {bad}\n")
+        with pytest.raises(InputError, match=where):
+            load_config(path)

@@ -91,3 +91,59 @@ def test_read_recovers_what_emit_wrote() -> None:
     assert read[0].weight_max == 63
     both = int8_matmul.concatenate([columns, columns])
     assert both.N == 64 and both.K == 64
+
+
+_SATURATION_PROBE = """
+import numpy as np, onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+rng = np.random.default_rng(0)
+for limit in (127, 63):
+    codes = rng.integers(-limit, limit + 1, (256, 16)).astype(np.int8)
+    codes[:, :4] = limit
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w", "za"], ["y"])], "probe",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, ["m", 256])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["m", 16])],
+        [numpy_helper.from_array(codes, "w"), numpy_helper.from_array(np.array(128, np.uint8), "za")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rows = np.where(codes[:, :8].T > 0, 255, 1).astype(np.uint8)
+    exact = (rows.astype(np.int64) - 128) @ codes.astype(np.int64)
+    print(limit, bool(np.array_equal(session.run(None, {"a": rows})[0], exact)))
+"""
+
+
+@pytest.mark.slow
+def test_on_an_avx2_cpu_without_vnni_only_seven_bit_weights_are_exact() -> None:
+    """The reason for --w8a8-weight-bits 7: on an emulated Haswell (AVX2, no VNNI) onnxruntime's
+    uint8 x int8 kernel saturates int16 pair sums with +-127 weights and is exact with +-63."""
+    import shutil
+    import subprocess
+    import sys
+
+    qemu = shutil.which("qemu-x86_64")
+    if qemu is None:
+        pytest.skip("qemu-x86_64 is not installed")
+    run = subprocess.run([qemu, "-cpu", "Haswell", sys.executable, "-c", _SATURATION_PROBE], capture_output=True,
+                         text=True, timeout=600, check=True)
+    assert run.stdout.split() == ["127", "False", "63", "True"]
+
+
+def test_the_runtime_refuses_eight_bit_weights_on_x86_without_vnni() -> None:
+    from specdec.pipeline.errors import BundleError
+    from specdec.pipeline.records.manifest import GraphQuantization, Quantization
+    from specdec.pipeline.runtime.int8_range import check_weight_range
+
+    def bundle(bits: int, fmt: str = "w8a8") -> Quantization:
+        graph = GraphQuantization(method="rtn", group_size="channel", symmetric=True, accuracy_level=0, embeddings={},
+                                  summary={}, layers={}, weight_bits=bits)
+        return Quantization(format=fmt, domain="ai.onnx", graphs={"target": graph})
+
+    haswell = "processor : 0\nflags : fpu sse2 avx avx2 fma\n"
+    with pytest.raises(BundleError, match="saturate this CPU"):
+        check_weight_range(bundle(8), machine="x86_64", cpuinfo=haswell)
+    check_weight_range(bundle(7), machine="x86_64", cpuinfo=haswell)
+    check_weight_range(bundle(8), machine="x86_64", cpuinfo="flags : avx2 avx_vnni\n")
+    check_weight_range(bundle(8), machine="aarch64", cpuinfo="Features : asimd asimddp\n")
+    check_weight_range(None, machine="x86_64", cpuinfo=haswell)

@@ -55,7 +55,7 @@ def _outputs(runner: Runner) -> tuple[str, ...]:
     return ()
 
 
-def _same_ranking(got: np.ndarray, want: np.ndarray) -> bool:
+def same_ranking(got: np.ndarray, want: np.ndarray) -> bool:
     top = min(_RANKED, want.shape[-1])
     return bool(np.array_equal(np.argsort(-got, axis=-1, kind="stable")[..., :top],
                                np.argsort(-want, axis=-1, kind="stable")[..., :top]))
@@ -100,7 +100,7 @@ def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int =
         if not np.isfinite(diff) or diff > tolerance:
             raise ValidationError(f"fused {dynamic.role} graph: {case} logits differ from the dynamic graph by "
                                   f"{diff:.3g} (relative)", "report this with SPECDEC_DEBUG=1 output")
-        compare_ops = not int8_compute or _same_ranking(got, want)
+        compare_ops = not int8_compute or same_ranking(got, want)
         for name in names if compare_ops else ():
             if not np.array_equal(got_ops[name], want_ops[name]):
                 raise ValidationError(f"fused {dynamic.role} graph: {case} custom-op output '{name}' differs from "

@@ -88,6 +88,7 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
             progress.task("compiling bucket variants", total=sum(len(v) for v in grid.values())) as task:
         for role, cells in grid.items():
             spec = manifest.graphs[role]
+            int8 = manifest.quantization is not None and manifest.quantization.int8_activations(role)
             weights[role] = f"{BUCKET_DIR}/{role}.weights"
             rows = []
             with SharedWeights(out / weights[role]) as shared:
@@ -101,7 +102,8 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
                     onnx.save(model, str(path))
                     validation[name] = validator.check(source.graph_path(role), path, q=q, capacity=context,
                                                        dtype=spec.dtype,
-                                                       window=spec.decoder.window if spec.decoder else None)
+                                                       window=spec.decoder.window if spec.decoder else None,
+                                                       int8_compute=int8)
                     simplify_notes[name] = note
                     inputs, outputs = describe_io(path)
                     rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs,

@@ -12,7 +12,7 @@ processors, and sampling follows the processed target distribution.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -100,6 +100,26 @@ class Constraints:
                 out[node] = self.process_row(out[node], path)
         return out
 
+    def walk(self, logits: np.ndarray, tokens: np.ndarray, parents: np.ndarray,
+             choose: Callable[[np.ndarray, int], int]) -> tuple[list[int], int]:
+        """Greedy / match verification with rows processed lazily, only along the accepted path.
+
+        The same walk as BlockSparseVerify (custom_ops/block_sparse_verify): at each node the
+        target's choice from its processed row (`choose(row, depth)`), then the lowest-index child
+        holding that token. Only the rows the walk reads are processed — the accepted path — where
+        `process_tree` would mask every node. Returns (the path, the token after it).
+        """
+        path = [0]
+        extra: list[int] = []
+        while True:
+            node = path[-1]
+            choice = choose(self.process_row(logits[node], extra), len(extra))
+            children = np.flatnonzero((parents == node) & (tokens == choice))
+            if children.size == 0:
+                return path, choice
+            path.append(int(children[0]))
+            extra.append(choice)
+
     def _permits(self, path: tuple[int, ...], token: int) -> bool:
         mask = self.allowed(path)
         return mask is None or (0 <= token < mask.size and bool(mask[token]))
@@ -113,17 +133,25 @@ class Constraints:
         result: np.ndarray = valid & mask[np.clip(ids, 0, self.vocab - 1)]
         return result
 
-    def filter_candidates(self, extra: Sequence[int], ids: np.ndarray, logprob: np.ndarray
+    def filter_candidates(self, paths: Sequence[Sequence[int]], ids: np.ndarray, logprob: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
-        """The draft's candidates at a node whose path is `extra`, restricted to the allowed tokens and
-        renormalised: the proposal the node's children are drawn from (rrs needs exactly that q)."""
-        keep = self.filter(extra, ids)
-        if keep.all():
+        """The draft's candidate rows (one per node, `paths[row]` its path) restricted to the allowed
+        tokens and renormalised: the proposal the node's children are drawn from (rrs needs exactly
+        that q). Rows the constraints leave alone are returned as they are."""
+        valid = ids >= 0
+        keep = valid.copy()
+        for row, path in enumerate(paths):
+            mask = self.allowed(path)
+            if mask is not None:
+                keep[row] &= mask[np.clip(ids[row], 0, self.vocab - 1)]
+        changed = (keep != valid).any(axis=1, keepdims=True)
+        if not changed.any():
             return ids, logprob
         ids = np.where(keep, ids, -1)
         logprob = np.where(keep, logprob, -np.inf)
-        if keep.any():
-            logprob = logprob - np.logaddexp.reduce(logprob[keep])
+        alive = keep.any(axis=1, keepdims=True)
+        norm = np.logaddexp.reduce(np.where(alive, logprob, 0.0), axis=1, keepdims=True)
+        logprob = np.where(changed & keep, logprob - np.where(alive, norm, 0.0), logprob)
         return ids, logprob
 
     def compliant_prefix(self, tokens: Sequence[int]) -> int:

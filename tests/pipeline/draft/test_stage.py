@@ -102,8 +102,30 @@ def test_resume_refuses_a_checkpoint_of_other_options(target: Path, tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_export_accepts_the_draft(target: Path, made: Path, tmp_path: Path) -> None:
+def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, made: Path, tmp_path: Path) -> None:
+    import onnx
+    import onnxruntime as ort
+
+    from specdec.pipeline.bundle import Bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
+    from specdec.pipeline.graph_io import SHARED_DATA
+    from specdec.pipeline.ondevice.payload import bundle_files
 
     bundle = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "bundle"))
     assert bundle.manifest.graphs["draft"].num_layers == 2 and bundle.manifest.graphs["draft"].num_kv_heads == 1
+    shared = bundle.manifest.reports["export"]["shared"]
+    # embedding and head (the final norm, 256 bytes at this width, stays inline like every small tensor)
+    assert shared["file"] == SHARED_DATA and shared["tensors"] == 2
+    assert shared["saved_bytes"] == shared["bytes"] >= 2 * 320 * 64 * 4
+    for role in ("target", "draft"):
+        model = onnx.load(str(bundle.path / f"{role}.onnx"), load_external_data=False)
+        external = [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+        assert len(external) == shared["tensors"], role
+        ort.InferenceSession(str(bundle.path / f"{role}.onnx"))  # resolves shared.data next to the graph
+    assert SHARED_DATA in bundle_files(Bundle.load(bundle.path))  # pushed to the device with the graphs
+    from typer.testing import CliRunner
+
+    from specdec.cli.app import app
+
+    shown = CliRunner().invoke(app, ["inspect", str(bundle.path)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "shared by target and draft" in shown.output and "stored once" in shown.output

@@ -317,3 +317,50 @@ def test_inspect_shows_precision_quantization_and_quality(quantized) -> None:  #
     assert "int4/int8 weights (rtn), float32 compute" in graphs  # not the exported dtype alone
     assert "quantization (MatMulNBits" in shown.output and "asymmetric" in shown.output
     assert "quantization quality" in shown.output and "perplexity" in shown.output
+
+
+def test_graphs_with_external_data_quantize_like_inline_ones(pair_factory, bundle_factory, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph past the external-data threshold (1 GiB; lowered here) goes through surgery, the calibration
+    probes and the save tensor by tensor, never as one proto: the result equals the inline graph's."""
+    from specdec.pipeline import graph_io
+    from specdec.pipeline.export import ExportConfig, export_bundle, torch_graph
+    from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+    monkeypatch.setattr(graph_io, "EXTERNAL_DATA_BYTES", 4096)
+    monkeypatch.setattr(torch_graph, "EXTERNAL_DATA_BYTES", 4096)
+    target, draft = pair_factory("llama")
+    exported = export_bundle(ExportConfig(target=str(target), draft=str(draft), output=tmp_path / "e"))
+    assert (exported.path / "target.onnx.data").is_file()
+    surgered = surgery_bundle(SurgeryConfig(output=tmp_path / "s"), exported)
+    assert (surgered.path / "target.onnx.data").is_file()
+    assert (surgered.path / "target.onnx").stat().st_size < (surgered.path / "target.onnx.data").stat().st_size
+    for method in ("awq", "gptq"):
+        config = QuantizeConfig(output=tmp_path / method, method=method, head_bits=4, first_block_bits=4, **SMALL)
+        external = quantize_bundle(config, surgered)
+        monkeypatch.setattr(graph_io, "EXTERNAL_DATA_BYTES", 1 << 30)
+        inline = quantize_bundle(dataclasses.replace(config, output=tmp_path / f"{method}-inline"),
+                                 bundle_factory("llama"))
+        monkeypatch.setattr(graph_io, "EXTERNAL_DATA_BYTES", 4096)
+        assert (external.path / "target.onnx.data").is_file() and not (inline.path / "target.onnx.data").exists()
+        records = [dump(b.manifest.quantization)["graphs"]["target"]["layers"] for b in (external, inline)]
+        assert records[0] == records[1]
+    assert not list(surgered.path.glob("calib-*")) and not list((tmp_path / "awq").glob("calib-*"))
+
+
+def test_large_vocabularies_get_quantized_tables_by_default(bundle_factory, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from specdec.pipeline.quantize import config as config_module
+
+    monkeypatch.setattr(config_module, "LARGE_VOCAB", 256)  # the tiny vocabulary (320) counts as large
+    source = bundle_factory("qwen2")
+    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="rtn", **SMALL), source)
+    graphs = dump(bundle.manifest.quantization)["graphs"]
+    assert graphs["target"]["embeddings"]["model.embed_tokens"]["bits"] == 8
+    assert graphs["draft"]["embeddings"]["model.embed_tokens"]["bits"] == 4
+    float_bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "f", method="rtn", quantize_embeddings=False,
+                                                  **SMALL), source)
+    record = dump(float_bundle.manifest.quantization)["graphs"]["target"]["embeddings"]["model.embed_tokens"]
+    assert record == {**record, "bits": "float", "reason": "--float-embeddings"}
+    sizes = [sum(p.stat().st_size for p in b.path.glob("*.onnx*")) for b in (bundle, float_bundle)]
+    assert sizes[0] < sizes[1]

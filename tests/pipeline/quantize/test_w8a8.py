@@ -106,3 +106,18 @@ def test_cli_and_inspect(bundle_factory, tmp_path: Path) -> None:  # type: ignor
     assert Bundle.load(out).manifest.quantization.graphs["draft"].weight_bits == 8
     shown = CliRunner().invoke(app, ["inspect", str(out)], env={"COLUMNS": "250"})
     assert shown.exit_code == 0 and "exact by construction" in shown.output
+
+
+@pytest.mark.slow
+def test_npu_flavour_carries_it_and_speculation_equals_plain(w8a8, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The static flavour keeps the standard-op form; NNAPI and CoreML report MatMulInteger unsupported."""
+    config = CompileConfig(output=tmp_path / "npu", target=GraphFlavour.npu, buckets=(4, 8), draft_buckets=(1, 4),
+                           max_context=96, context_buckets=(96,))
+    static = compile_bundle(config, w8a8[1])
+    readiness = static.manifest.reports["compile"]["readiness"]
+    assert all("ai.onnx:MatMulInteger" in r["providers"]["NNAPI"]["unsupported_ops"] for r in readiness.values())
+    engine = Engine(static.path)
+    for prompt in ([5, 6, 7], [11, 3]):
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=12, speculative=False, exact_layout=True))
+        assert engine.generate(prompt, DecodeConfig(max_new_tokens=12, exact_layout=True)).output_ids == \
+            plain.output_ids

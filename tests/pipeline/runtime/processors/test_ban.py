@@ -59,10 +59,12 @@ def test_constraints_process_each_tree_node_with_its_own_path() -> None:
 
 def test_filter_candidates_renormalises_the_proposal() -> None:
     constraints = Constraints([BanProcessor(BanList(["bad"], TEXTS), BanPolicy.mask)], len(TEXTS))
-    ids = np.array([ID["bad"], ID["ok"], ID["x"], -1])
-    logprob = np.log(np.array([0.5, 0.3, 0.2, 1e-300]))
-    logprob[3] = -np.inf
-    kept_ids, kept_logprob = constraints.filter_candidates([], ids, logprob)
-    assert kept_ids.tolist() == [-1, ID["ok"], ID["x"], -1]
-    assert np.allclose(np.exp(kept_logprob[1:3]), [0.6, 0.4])
+    ids = np.array([[ID["bad"], ID["ok"], ID["x"], -1], [ID["ad"], ID["ok"], -1, -1]])
+    logprob = np.log(np.array([[0.5, 0.3, 0.2, 1e-300], [0.9, 0.1, 1e-300, 1e-300]]))
+    logprob[ids < 0] = -np.inf
+    kept_ids, kept_logprob = constraints.filter_candidates([[], [ID["b"]]], ids, logprob)
+    assert kept_ids.tolist() == [[-1, ID["ok"], ID["x"], -1], [-1, ID["ok"], -1, -1]]
+    assert np.allclose(np.exp(kept_logprob[0, 1:3]), [0.6, 0.4]) and np.isclose(kept_logprob[1, 1], 0.0)
+    untouched = constraints.filter_candidates([[]], ids[:1, 1:], logprob[:1, 1:])
+    assert untouched[1] is logprob[:1, 1:] or np.array_equal(untouched[1], logprob[:1, 1:])
     assert constraints.compliant_prefix([ID["ok"], ID["b"], ID["ad"], ID["x"]]) == 2
