@@ -60,6 +60,27 @@ def _build(weights: Any, role: str, custom: Any, positions: int,
     return model
 
 
+def _int8_graph(weights: Any, role: str, custom: Any, positions: int, scales: list[tuple[Any, Any]], path: Path,
+                info: Any, settings: CompileSettings, tokens: list[int], report: dict[str, Any]) -> dict[str, int]:
+    """Replace the float graph at `path` by its int8-KV twin (measured against it for the target);
+    the twin is written next to it first under the same file names, so its external data's
+    location stays valid when it moves into place."""
+    staged = path.parent / "int8" / path.name
+    staged.parent.mkdir()
+    model = _build(weights, role, custom, positions, scales)
+    ops = _op_counts(model)
+    save_graph(model, staged)
+    del model
+    if role == "target":
+        report["kv_quality"] = kv_quality.measure(info, path, staged, settings.max_context, settings.kv_policy, tokens)
+    for old in path.parent.glob(f"{path.name}*"):  # the graph and its external data
+        old.unlink()
+    for new in staged.parent.iterdir():
+        new.rename(path.parent / new.name)
+    staged.parent.rmdir()
+    return ops
+
+
 def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: CompileSettings,
                   progress: Progress) -> None:
     """Write the fused graphs under `out`/cpu and set `manifest.buckets` and its report."""
@@ -89,25 +110,14 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
             validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size, int8_compute=int8)
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
-            reference = path  # the float graph a lossy policy is measured against
-            if settings.kv_policy.lossy:
-                tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
+            tokens = (kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
+                      if settings.kv_policy.lossy else [])
             if settings.kv_policy.quantized:  # int8 rows: scales from the float graph's own keys and values
                 scales = calibrate_scales(runner, tokens, settings.max_context)
-                reference = path.with_name(f"{role}.float.onnx")
-                path.rename(reference)
-                for data in path.parent.glob(f"{path.name}.data"):
-                    data.rename(reference.with_name(f"{reference.name}.data"))
-                model = _build(weights, role, custom, positions, scales)
-                ops = _op_counts(model)
-                save_graph(model, path)
-                del model
-            if settings.kv_policy.lossy and role == "target":  # what the policy costs against the full cache
-                report["kv_quality"] = kv_quality.measure(info, reference, path, settings.max_context,
-                                                          settings.kv_policy, tokens)
-            if reference != path:
-                for leftover in path.parent.glob(f"{reference.name}*"):
-                    leftover.unlink()
+                ops = _int8_graph(weights, role, custom, positions, scales, path, info, settings, tokens, report)
+            elif settings.kv_policy.lossy and role == "target":  # what the window costs against the full cache
+                report["kv_quality"] = kv_quality.measure(info, path, path, settings.max_context, settings.kv_policy,
+                                                          tokens)
             inputs, outputs = describe_io(path)
             graphs[role] = FusedGraph(f"{FUSED_DIR}/{role}.onnx", None, inputs, outputs, ops)
             task.advance()

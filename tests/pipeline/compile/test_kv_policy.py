@@ -203,3 +203,15 @@ def test_int8_rows_are_a_quarter_of_the_bytes_and_speculation_stays_exact(int8: 
         plain = engine.generate(prompt, DecodeConfig(max_new_tokens=30, speculative=False))
         spec = engine.generate(prompt, DecodeConfig(max_new_tokens=30))
         assert spec.output_ids == plain.output_ids
+
+
+def test_window_and_int8_combine(surgered_bundle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bundle = _window(surgered_bundle, tmp_path / "both", kv_dtype=KVDtype.int8)
+    policy = bundle.manifest.buckets.kv_policy  # type: ignore[union-attr]
+    assert policy.describe("float32") == f"window S={SINKS} W={WINDOW} int8"
+    engine = Engine(bundle.path)
+    engine.eos = set()
+    assert isinstance(engine.target, FusedRunner) and engine.target.groups[0].buffers[0].dtype == np.int8
+    plain = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=2 * CONTEXT, speculative=False))
+    spec = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=2 * CONTEXT))
+    assert spec.output_ids == plain.output_ids and len(plain.output_ids) == 2 * CONTEXT

@@ -6,12 +6,15 @@ from specdec.pipeline.runtime import memory
 
 
 def test_peak_rss_grows_with_an_allocation_and_resets() -> None:
-    before = memory.peak_rss_kb()
+    assert (memory.peak_rss_kb() or 0) > 0
+    reset = memory.reset_peak()  # a long test process may have peaked far above its RSS already
+    before = memory.rss_kb() if reset else memory.peak_rss_kb()
     assert before is not None and before > 0
     block = bytearray(64 * 2**20)
     block[:: 4096] = b"x" * len(block[:: 4096])  # touch every page: resident, not just reserved
     peak = memory.peak_rss_kb()
-    assert peak is not None and peak >= before + 60 * 1024
+    # without a reset the peak is the process's historic one: it need not grow by the block
+    assert peak is not None and peak >= before + (60 * 1024 if reset else 0)
     del block
     if memory.reset_peak():  # Linux >= 4.0: the peak falls back to the current RSS
         after = memory.peak_rss_kb()
