@@ -4,15 +4,15 @@ Speculation pays when verifying q tokens costs about one decoding step, and it i
 token's logits do not depend on the rows it shares a call with. This script measures both, for
 every weight format onnxruntime's CPU provider runs, in one run:
 
-- kernel level: a stack of matmuls (8 x (1024x4096, 4096x1024) by default), time of M rows
-  relative to one row, and whether row 0 is bit-identical for M = 1 vs M >= 2 and among all
-  M >= 2 (random other rows, M up to 64);
+- kernel level (w8a8 rows included: quantize --format w8a8): a stack of matmuls (8 x
+  (1024x4096, 4096x1024) by default), time of M rows relative to one row, and whether row 0 is
+  bit-identical for M = 1 vs M >= 2 and among all M >= 2 (random other rows, M up to 64);
 - graph level (`--graphs`): the compute-realistic target (benchmarks/realistic.py) built as the
   fused CPU flavour with every linear layer in the format: plain step ms, verify cost c(q)/c(1)
   for q = 1, 2, 4, 8, 16, 32, size, and invariance.measure (single row / exact-layout chain /
   branching tree bit-identical).
 
-    .venv/bin/python benchmarks/formats.py [--threads 2] [--graphs] [--json out.json]
+    .venv/bin/python benchmarks/formats.py [--threads 2] [--graphs] [--only w8a8] [--json out.json]
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from specdec.pipeline import int8_matmul
+from specdec.pipeline.graph_query import unique_name
 from specdec.pipeline.quantize.algorithms.base import QuantSpec, round_to_nearest
 from specdec.pipeline.quantize.packing import pack
 
@@ -38,7 +40,7 @@ from specdec.pipeline.quantize.packing import pack
 @dataclass(frozen=True)
 class Format:
     name: str
-    kind: str  # fp32 | fp16 | nbits | int8_dynamic
+    kind: str  # fp32 | fp16 | nbits | int8_dynamic | w8a8
     bits: int = 0
     level: int = 0
     block: int = 32
@@ -51,9 +53,12 @@ FORMATS = [
     *[Format(f"MatMulNBits {bits}-bit L{level} b{block} {'sym' if sym else 'zp'}", "nbits", bits, level, block, sym)
       for bits in (4, 8) for level in (0, 4) for block in (32, 64, 128) for sym in (True, False)],
     Format("int8 per-channel, dynamic act. (DynamicQuantizeMatMul)", "int8_dynamic"),
+    # quantize --format w8a8 (pipeline/int8_matmul.py): per-row uint8 activations, MatMulInteger
+    *[Format(f"w8a8 {bits}-bit weights, per-row act. (MatMulInteger)", "w8a8", bits) for bits in (7, 8)],
 ]
 GRAPH_FORMATS = ("fp32 MatMul", "MatMulNBits 4-bit L0 b32 sym", "MatMulNBits 4-bit L4 b32 sym",
-                 "MatMulNBits 4-bit L4 b128 zp", "MatMulNBits 8-bit L4 b32 sym")
+                 "MatMulNBits 4-bit L4 b128 zp", "MatMulNBits 8-bit L4 b32 sym",
+                 "w8a8 7-bit weights, per-row act. (MatMulInteger)")
 
 
 def _session(model: onnx.ModelProto, threads: int) -> Any:
@@ -63,18 +68,24 @@ def _session(model: onnx.ModelProto, threads: int) -> Any:
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def _layer(fmt: Format, weight: np.ndarray, x: str, y: str, tag: str) -> tuple[onnx.NodeProto, list[onnx.TensorProto]]:
+def _layer(fmt: Format, weight: np.ndarray, x: str, y: str,
+           tag: str) -> tuple[list[onnx.NodeProto], list[onnx.TensorProto]]:
     k, n = weight.shape
     inits: list[onnx.TensorProto] = []
     if fmt.kind in ("fp32", "fp16"):
         dtype = np.float16 if fmt.kind == "fp16" else np.float32
         inits.append(numpy_helper.from_array(weight.astype(dtype), f"w{tag}"))
-        return helper.make_node("MatMul", [x, f"w{tag}"], [y]), inits
+        return [helper.make_node("MatMul", [x, f"w{tag}"], [y])], inits
+    if fmt.kind == "w8a8":
+        taken = {x, y}
+        return int8_matmul.emit(x, y, int8_matmul.quantize_columns(weight, fmt.bits), f"l{tag}",
+                                lambda base: unique_name(base, taken))
     if fmt.kind == "int8_dynamic":
         scale = (np.abs(weight).max(axis=0) / 127).astype(np.float32)
         codes = np.clip(np.round(weight / scale), -127, 127).astype(np.int8)
         inits += [numpy_helper.from_array(codes, f"w{tag}"), numpy_helper.from_array(scale, f"s{tag}")]
-        return helper.make_node("DynamicQuantizeMatMul", [x, f"w{tag}", f"s{tag}"], [y], domain="com.microsoft"), inits
+        node = helper.make_node("DynamicQuantizeMatMul", [x, f"w{tag}", f"s{tag}"], [y], domain="com.microsoft")
+        return [node], inits
     result = round_to_nearest(weight, QuantSpec(fmt.bits, fmt.block, fmt.symmetric))
     packed = pack(result.codes, result.scales, None if fmt.symmetric else result.zero_points, bits=fmt.bits,
                   block_size=fmt.block)
@@ -83,8 +94,8 @@ def _layer(fmt: Format, weight: np.ndarray, x: str, y: str, tag: str) -> tuple[o
     if packed.zero_points is not None:
         inits.append(numpy_helper.from_array(packed.zero_points, f"z{tag}"))
         inputs.append(f"z{tag}")
-    return helper.make_node("MatMulNBits", inputs, [y], domain="com.microsoft", K=k, N=n, bits=fmt.bits,
-                            block_size=fmt.block, accuracy_level=fmt.level), inits
+    return [helper.make_node("MatMulNBits", inputs, [y], domain="com.microsoft", K=k, N=n, bits=fmt.bits,
+                             block_size=fmt.block, accuracy_level=fmt.level)], inits
 
 
 def kernel_model(fmt: Format, weights: list[np.ndarray]) -> onnx.ModelProto:
@@ -92,9 +103,9 @@ def kernel_model(fmt: Format, weights: list[np.ndarray]) -> onnx.ModelProto:
     dtype = TensorProto.FLOAT16 if fmt.kind == "fp16" else TensorProto.FLOAT
     nodes, inits = [], []
     for index, weight in enumerate(weights):
-        node, tensors = _layer(fmt, weight, "x" if index == 0 else f"h{index}",
-                               "y" if index == len(weights) - 1 else f"h{index + 1}", str(index))
-        nodes.append(node)
+        layer_nodes, tensors = _layer(fmt, weight, "x" if index == 0 else f"h{index}",
+                                      "y" if index == len(weights) - 1 else f"h{index + 1}", str(index))
+        nodes += layer_nodes
         inits += tensors
     k, n = weights[0].shape[0], weights[-1].shape[1]
     graph = helper.make_graph(nodes, "kernel", [helper.make_tensor_value_info("x", dtype, ["M", k])],
@@ -151,6 +162,8 @@ def graph_row(fmt: Format, target_dir: Path, threads: int, workdir: Path) -> dic
                            dtype=spec.dtype, decoder=spec.decoder)
 
     def convert(layer: Linear) -> Linear:
+        if fmt.kind == "w8a8" and layer.weight is not None:
+            return replace(layer, weight=None, int8=int8_matmul.quantize_columns(layer.weight, fmt.bits))
         if fmt.kind != "nbits" or layer.weight is None:
             return layer
         result = round_to_nearest(layer.weight, QuantSpec(fmt.bits, fmt.block, fmt.symmetric))
@@ -195,14 +208,16 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--intermediate", type=int, default=4096)
     parser.add_argument("--graphs", action="store_true", help="also build and time the whole realistic target")
+    parser.add_argument("--only", default=None, help="measure only the formats whose name contains this text")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
+    chosen = [fmt for fmt in FORMATS if args.only is None or args.only in fmt.name]
     rng = np.random.default_rng(1)
     shapes = ((args.hidden, args.intermediate), (args.intermediate, args.hidden))
     weights = [(rng.normal(size=shape) * 0.03).astype(np.float32) for _ in range(args.layers) for shape in shapes]
     print(f"kernel: {args.layers} x ({args.hidden}x{args.intermediate}, {args.intermediate}x{args.hidden}) matmuls, "
           f"{args.threads} threads")
-    kernel = [kernel_row(fmt, weights, args.threads, args.repeats) for fmt in FORMATS]
+    kernel = [kernel_row(fmt, weights, args.threads, args.repeats) for fmt in chosen]
     for row in kernel:
         print(json.dumps(row))
     graphs: list[dict[str, Any]] = []
@@ -211,7 +226,7 @@ def main() -> None:
 
         bundle = realistic_bundle().path
         with tempfile.TemporaryDirectory() as scratch:
-            for fmt in FORMATS:
+            for fmt in chosen:
                 if fmt.name in GRAPH_FORMATS:
                     graphs.append(graph_row(fmt, bundle, args.threads, Path(scratch)))
                     print(json.dumps(graphs[-1]))

@@ -9,6 +9,7 @@ from specdec.cli import (
     bench_cmd,
     compile_cmd,
     devices_cmd,
+    draft_cmd,
     export_cmd,
     generate_cmd,
     inspect_cmd,
@@ -50,6 +51,8 @@ def root(
 COMMANDS = (
     ("pipeline", pipeline_cmd.pipeline,
      "export → surgery → quantize → compile → bench from one YAML (default: the demo pair)."),
+    ("draft", draft_cmd.draft,
+     "Make a draft from the target: structured pruning + distillation, sharing the target's tensors."),
     ("export", export_cmd.export, "Export a Hugging Face target + draft to a validated ONNX bundle."),
     ("surgery", surgery_cmd.surgery,
      "Insert the com.endpoint.ai custom ops as ONNX functions (stock onnxruntime runs them)."),

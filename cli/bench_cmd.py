@@ -46,6 +46,11 @@ def bench(
                                    "and the acceptance first and plan the tree (else: profile/scenario tree)."),
     calib: options.Calib = None,
     exact_layout: options.ExactLayout = None,
+    ban: options.Ban = None,
+    ban_policy: options.BanPolicyOption = None,
+    refusal: options.Refusal = None,
+    json_schema: options.JsonSchema = None,
+    regex: options.Regex = None,
     threads: options.Threads = None,
     python: options.Python = None,
     runtime: options.Runtime = None,
@@ -58,7 +63,8 @@ def bench(
 ) -> None:
     """Run plain vs speculative decoding on a device; write results.json, summary.md, plots, trace.json."""
     config = options.config_from(BenchConfig, locals(), controllers=parse_controllers(controllers),
-                                 asserts=tuple(asserts or ()))
+                                 asserts=tuple(asserts or ()), ban=options.read_ban(ban),
+                                 json_schema=options.read_json_schema(json_schema))
     source = Bundle.load(bundle)
     progress = RichProgress(stage="bench")
     # Opened at the runner's first event: the runtime push before it draws bars of its own.

@@ -71,12 +71,18 @@ def generate(
                                           "unless the plan chose plain decoding)."),
     truncate: bool = typer.Option(False, "--truncate", help="Keep the end of prompts longer than the context."),
     exact_layout: options.ExactLayout = None,
+    ban: options.Ban = None,
+    ban_policy: options.BanPolicyOption = None,
+    refusal: options.Refusal = None,
+    json_schema: options.JsonSchema = None,
+    regex: options.Regex = None,
     threads: options.Threads = None,
     stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
 ) -> None:
     """Stream text with speculative decoding from any bundle."""
     chosen = parse_controllers(controllers) if controllers is not None else ()
-    request = options.config_from(GenerateConfig, locals(), controllers=chosen)
+    request = options.config_from(GenerateConfig, locals(), controllers=chosen, ban=options.read_ban(ban),
+                                  json_schema=options.read_json_schema(json_schema))
     if (prompt is None) == (prompts is None):
         raise InputError("pass exactly one of --prompt TEXT or --prompts FILE.jsonl", "see `specdec generate --help`")
     if prompts is not None and output is None:
@@ -98,6 +104,7 @@ def generate(
         warn(adjustment)
     controller = host_controllers(request.controllers, device, template, settings)
     generator = Generator(loaded, threads=local_threads(request.threads, device))
+    generator.engine.constraints_for(config)  # a bad schema or pattern fails here, before the prompt is echoed
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:
         ids = generator.prepare(items, config, truncate, request.chat)[0]  # checked before the prompt is echoed

@@ -14,6 +14,7 @@ from specdec.cli.console import out
 from specdec.cli.render import human_bytes, plan_fit_line, plan_table, quality_table, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.manifest import GraphQuantization, Quantization
 from specdec.pipeline.summary import summarize
 
 
@@ -63,6 +64,13 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
                       f"max |diff| {worst['max_abs_diff']:.2g}")
 
 
+def _compute(quantization: Quantization, graph: GraphQuantization) -> str:
+    if quantization.row_invariant:
+        return (f"int{graph.weight_bits} weights x uint8 rows, int32 sums "
+                "(matmuls exact by construction: a row computes as if alone)")
+    return "int8 activations (level 4)" if graph.accuracy_level >= 4 else f"float (level {graph.accuracy_level})"
+
+
 def render_quantization(bundle: Bundle) -> None:
     """How each graph was quantized, and the quality report measured then."""
     quantization = bundle.manifest.quantization
@@ -74,7 +82,7 @@ def render_quantization(bundle: Bundle) -> None:
     for role, g in quantization.graphs.items():
         embeddings = ", ".join(sorted({"float" if e.is_float else f"int{e.bits}" for e in g.embeddings.values()}))
         table.add_row(role, g.method, str(g.group_size), "symmetric" if g.symmetric else "asymmetric",
-                      "int8 activations (level 4)" if g.accuracy_level >= 4 else f"float (level {g.accuracy_level})",
+                      _compute(quantization, g),
                       f"{g.summary.get('int4', 0)} / {g.summary.get('int8', 0)} / {g.summary.get('float', 0)}",
                       embeddings or "float")
     out.print(table)

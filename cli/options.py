@@ -20,7 +20,7 @@ import typer
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.profiles import RuntimeKind, Transport
-from specdec.pipeline.records.decode import DrafterKind, VerifyMode
+from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
 from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
 
 C = TypeVar("C")
@@ -32,6 +32,30 @@ def config_from(config: type[C], arguments: Mapping[str, Any], **converted: Any)
     names = {field.name for field in dataclasses.fields(config)}  # type: ignore[arg-type]
     given = {name: value for name, value in arguments.items() if name in names and value is not None}
     return config(**(given | converted))
+
+
+def read_ban(path: Path | None) -> tuple[str, ...] | None:
+    """`--ban FILE`: one phrase per line (UTF-8; surrounding spaces and blank lines ignored)."""
+    if path is None:
+        return None
+    phrases = tuple(line.strip() for line in _read(path, "ban").splitlines() if line.strip())
+    if not phrases:
+        raise InputError(f"--ban file '{path}' holds no phrase", "put one phrase on each line")
+    return phrases
+
+
+def read_json_schema(path: Path | None) -> str | None:
+    """`--json-schema FILE`: the schema's text (DecodeConfig checks that it is JSON)."""
+    return None if path is None else _read(path, "json-schema")
+
+
+def _read(path: Path, flag: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"--{flag} file '{path}' does not exist", "check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"--{flag} file '{path}' cannot be read ({exc})", "pass a readable UTF-8 text file") from None
 
 
 def parse_sizes(text: str | None, key: str) -> tuple[int, ...] | None:
@@ -87,7 +111,7 @@ Chat = Annotated[bool, typer.Option(
 Calib = Annotated[Path | None, typer.Option(
     "--calib", help="Calibration data. bench/tune: prompts to tune on (JSONL; default: held-out prompts the run "
                     "does not measure); quantize: text, or JSONL with 'text' or 'input_ids' lines (default: built-in "
-                    "text).")]
+                    "text); draft: such text to distil on besides the target's own (default: none).")]
 Scenario = Annotated[str | None, typer.Option(
     "--scenario", help="Scenario template: code, chat, creative, knowledge (or a YAML path).")]
 MaxNewTokens = Annotated[int | None, typer.Option(
@@ -98,7 +122,7 @@ Mode = Annotated[VerifyMode | None, typer.Option(
     "--mode", help="Verification: greedy (temperature 0), match or rrs (sampling; default match).")]
 Seed = Annotated[int | None, typer.Option(
     "--seed", help="Random seed (default 0): decoding's Philox generator, reproducible across machines; quantize's "
-                   "sampling of calibration windows.")]
+                   "sampling of calibration windows; draft: the target's text and the training order.")]
 
 # ---- the tree (default: the tuned plan's, else the scenario's, else the profile's) --------------
 
@@ -124,3 +148,19 @@ ExactLayout = Annotated[bool | None, typer.Option(
 Controllers = Annotated[str | None, typer.Option(
     "--controllers", help=f"Adaptive controllers: all, none, or a comma list of {','.join(CONTROLLER_NAMES)} "
                           "(default: bench fallback,thermal,power; generate none).")]
+
+# ---- constrained decoding (docs/constrained.md) -------------------------------------------------
+
+Ban = Annotated[Path | None, typer.Option(
+    "--ban", help="Banned phrases, one per line (UTF-8, matched on the reply's bytes, also across tokens) "
+                  "(default: the scenario's or profile's list, else none).")]
+BanPolicyOption = Annotated[BanPolicy | None, typer.Option(
+    "--ban-policy", help="mask: never emit a token that completes a banned phrase; refuse: stop there and reply "
+                         "with the refusal template (default mask).")]
+Refusal = Annotated[str | None, typer.Option(
+    "--refusal", help="The reply under --ban-policy refuse (default: the scenario's or profile's, else a built-in "
+                      "sentence).")]
+JsonSchema = Annotated[Path | None, typer.Option(
+    "--json-schema", help="JSON schema file: every reply is JSON that follows it (compact separators).")]
+Regex = Annotated[str | None, typer.Option(
+    "--regex", help="Regular expression every reply matches in full.")]

@@ -1,4 +1,4 @@
-"""`specdec quantize BUNDLE -o OUT --method awq|gptq|rtn`."""
+"""`specdec quantize BUNDLE -o OUT [--format nbits|w8a8] --method awq|gptq|rtn`."""
 
 from __future__ import annotations
 
@@ -21,7 +21,12 @@ def quantize(
                                help="Graphs to quantize, comma-separated: target, draft or both (default: every graph "
                                     "the bundle has). `--graphs draft` keeps the target, and so the output, bit for "
                                     "bit as it was, and makes each draft call read about a third of the bytes."),
-    method: str = typer.Option("awq", "--method", help="awq | gptq | rtn, for both graphs."),
+    format: str = typer.Option("nbits", "--format",
+                               help="nbits: MatMulNBits int4 (int8 head and first block); w8a8: per-channel int8 "
+                                    "weights x per-row uint8 activations (standard MatMulInteger, int32 sums): "
+                                    "every row computed as if alone, a verify cost nearly flat in the tree size."),
+    method: str = typer.Option(None, "--method",
+                               help="awq | gptq | rtn, for both graphs (default: awq for nbits; w8a8 is rtn only)."),
     target_method: str = typer.Option(None, "--target-method", help="Override --method for the target."),
     draft_method: str = typer.Option(None, "--draft-method", help="Override --method for the draft."),
     group_size: int = typer.Option(None, "--group-size",
@@ -50,10 +55,15 @@ def quantize(
         None, "--quantize-embeddings/--float-embeddings",
         help="Embedding tables to GatherBlockQuantized (target 8, draft 4 bits), or keep them float (default: "
              "quantized for vocabularies of 32k tokens or more)."),
+    w8a8_weight_bits: int = typer.Option(7, "--w8a8-weight-bits",
+                                         help="w8a8 weight range: 7 (+-63, exact on every CPU) or 8 (+-127: only "
+                                              "where no kernel sums pairs in saturating int16 — x86 with VNNI, "
+                                              "arm64)."),
     seed: options.Seed = None,
     force: options.Force = False,
 ) -> None:
-    """Quantize target and draft weights to INT4/INT8 MatMulNBits (RTN, GPTQ or AWQ) with a quality report."""
+    """Quantize target and draft weights (INT4/INT8 MatMulNBits with RTN, GPTQ or AWQ, or w8a8) with a quality
+    report."""
     config = options.config_from(QuantizeConfig, locals(), keep_float=tuple(keep_float or ()))
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="quantize"))
     report = result.manifest.reports["quantize"]
@@ -63,4 +73,7 @@ def quantize(
     err.print(f"calibrated on {calibration['samples']} × {calibration['seq_len']} tokens of "
               f"{Path(calibration['source']).name}; perplexity on {report['eval']['tokens']} tokens "
               f"({report['eval']['source']})")
-    err.print(f"wrote [bold]{result.path}[/]; stock onnxruntime runs it (com.microsoft MatMulNBits)")
+    quantization = result.manifest.quantization
+    ops = "standard MatMulInteger, exact by construction per row" if quantization.row_invariant else \
+        "com.microsoft MatMulNBits"
+    err.print(f"wrote [bold]{result.path}[/]; stock onnxruntime runs it ({ops})")

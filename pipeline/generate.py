@@ -12,11 +12,12 @@ from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.profiles import DeviceProfile, ScenarioProfile
 from specdec.pipeline.prompts import PromptItem, prompt_tokens
-from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMode
+from specdec.pipeline.records.decode import BanPolicy, DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine, RoundController
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.processors.base import REFUSED
 from specdec.pipeline.runtime.stats import Reply
 from specdec.pipeline.settings import ResolvedSettings, controller_spec, options_from, run_settings
 from specdec.pipeline.text import TextCodec
@@ -47,6 +48,12 @@ class GenerateConfig:
     lookup_max_ngram: int | None = None
     lookup_min_ngram: int | None = None
     exact_layout: bool | None = None
+    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
+    ban: tuple[str, ...] | None = None
+    ban_policy: BanPolicy | None = None
+    refusal: str | None = None
+    json_schema: str | None = None
+    regex: str | None = None
 
 
 class Generator:
@@ -81,11 +88,14 @@ class Generator:
     def run(self, ids: list[int], config: DecodeConfig, *, on_text: Callable[[str], None] | None = None,
             controller: RoundController | None = None) -> tuple[Reply, str]:
         stream = self.codec.stream()
-        sink = (lambda tokens: on_text(stream.push(tokens))) if on_text else None
+        # under the refuse policy nothing is shown before the reply is known to be clean
+        refusing = bool(config.ban) and config.ban_policy is BanPolicy.refuse
+        sink = (lambda tokens: on_text(stream.push(tokens))) if on_text and not refusing else None
         reply = self.engine.generate(ids, config, on_tokens=sink, controller=controller)
+        text = config.refusal if reply.stop_reason == REFUSED else self.codec.decode(reply.output_ids)
         if on_text:
-            on_text(stream.flush())
-        return reply, self.codec.decode(reply.output_ids)
+            on_text(text if refusing else stream.flush())
+        return reply, text
 
     def run_all(self, items: list[PromptItem], config: DecodeConfig, *, truncate: bool = False, chat: bool = False,
                 controller: RoundController | None = None) -> Iterator[dict[str, Any]]:

@@ -17,7 +17,7 @@ import yaml
 from pydantic import Field, model_validator
 
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, DecodeConfig, DrafterKind, PruneParams
+from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, BanPolicy, DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.records.manifest import GraphFlavour
 from specdec.pipeline.strict_model import StrictModel, validate_model
 
@@ -133,6 +133,33 @@ class TreeSpec(StrictModel):
     drafter: DrafterKind | None = None
 
 
+class ComplianceSpec(StrictModel):
+    """Constrained decoding a profile or scenario asks for (docs/constrained.md); options override it.
+
+    `ban` is a list of phrases, or the path of a file with one phrase per line (relative to the YAML
+    file's folder); it is read when the profile loads, so a bad path fails before any decoding.
+    """
+
+    ban: list[str] | str | None = None
+    ban_policy: BanPolicy | None = None
+    refusal: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        phrases = tuple(self.ban) if isinstance(self.ban, list) and self.ban else None
+        return {"ban": phrases, "ban_policy": self.ban_policy, "refusal": self.refusal}
+
+    def resolve(self, folder: Path, source: str) -> None:
+        if not isinstance(self.ban, str):
+            return
+        path = folder / self.ban
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{source}: compliance.ban file '{path}' cannot be read ({exc})",
+                             "give a phrase list or a readable file relative to the YAML file") from None
+        self.ban = [line.strip() for line in text.splitlines() if line.strip()]
+
+
 class DeviceProfile(StrictModel):
     name: str
     description: str = ""
@@ -145,6 +172,7 @@ class DeviceProfile(StrictModel):
     compile: CompileSpec = Field(default_factory=CompileSpec)
     tree: TreeSpec = Field(default_factory=TreeSpec)
     enable_threshold_ms: float = Field(150.0, ge=0)  # speculation pays off above this gain per reply
+    compliance: ComplianceSpec = Field(default_factory=ComplianceSpec)
     kind: Literal["device"] = "device"
 
 
@@ -174,6 +202,7 @@ class ScenarioProfile(StrictModel):
     lookup_max_ngram: int | None = Field(None, ge=1, le=MAX_LOOKUP_NGRAM)
     lookup_min_ngram: int | None = Field(None, ge=1, le=MAX_LOOKUP_NGRAM)
     controller: ControllerTargets = Field(default_factory=ControllerTargets)
+    compliance: ComplianceSpec = Field(default_factory=ComplianceSpec)
     kind: Literal["scenario"] = "scenario"
 
 
@@ -199,8 +228,12 @@ def _parse(path: Path, kind: str) -> Any:
     if not isinstance(data, dict):
         raise InputError(f"{path} must hold a mapping of profile fields", "see `specdec profiles show local-cpu`")
     data.setdefault("name", path.stem)
-    return validate_model(_KINDS[kind], data, source=f"{kind} profile {path}",
-                          fix="fix the field (unknown keys are errors; see `specdec profiles show`)")
+    model = validate_model(_KINDS[kind], data, source=f"{kind} profile {path}",
+                           fix="fix the field (unknown keys are errors; see `specdec profiles show`)")
+    compliance = getattr(model, "compliance", None)
+    if isinstance(compliance, ComplianceSpec):
+        compliance.resolve(path.parent, f"{kind} profile {path}")
+    return model
 
 
 def load(name_or_path: str | Path, kind: str = "device") -> Any:

@@ -113,10 +113,13 @@ def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
     Int8 activation compute (MatMulNBits accuracy level 4) quantizes each row of a call on its own,
     so the last-bit differences between a token verified in a tree and the same token decoded
     alone become different int8 codes and different tokens: such a target decodes in the exact
-    layout (chains, no single-row calls), where every row is computed identically.
+    layout (chains, no single-row calls), where every row is computed identically. The w8a8 format
+    quantizes rows too: its matmuls are row-invariant by construction, but attention is not
+    (GroupQueryAttention's single-row path and a tree's masked siblings move last bits, measured
+    by runtime/invariance.py), and a moved bit can cross an activation rounding step.
     """
-    target = quantization.graphs.get("target") if quantization is not None else None
-    return {"exact_layout": True} if target is not None and target.accuracy_level >= 4 else {}
+    int8 = quantization is not None and quantization.int8_activations("target")
+    return {"exact_layout": True} if int8 else {}
 
 
 def requirements_layer(requirements: Mapping[str, Any] | None) -> Layer | None:
@@ -130,13 +133,14 @@ def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
         "entropy_low": scenario.entropy_low, "entropy_high": scenario.entropy_high, "beta_base": scenario.beta_base,
         "rho_min": scenario.rho_min, "rho_max": scenario.rho_max, "depth": scenario.depth, "width": scenario.width,
         "drafter": scenario.drafter, "lookup_max_ngram": scenario.lookup_max_ngram,
-        "lookup_min_ngram": scenario.lookup_min_ngram})
+        "lookup_min_ngram": scenario.lookup_min_ngram, **scenario.compliance.settings()})
 
 
 def profile_layer(profile: DeviceProfile) -> Layer:
     tree = profile.tree
     return Layer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth, "width": tree.width,
-                                             "max_k": tree.max_k, "drafter": tree.drafter})
+                                             "max_k": tree.max_k, "drafter": tree.drafter,
+                                             **profile.compliance.settings()})
 
 
 def defaults_layer() -> Layer:

@@ -34,6 +34,7 @@ from specdec.pipeline.records.manifest import MANIFEST_NAME, read_manifest
 RESULTS_FILE = "results.json"
 # What `specdec bench` writes into its results directory (plots are `*.png`).
 BENCH_FILES = frozenset({RESULTS_FILE, "summary.md", "events.jsonl", "trace.json"})
+DRAFT_REPORT = "draft_report.json"  # what `specdec draft` writes next to the checkpoint (pipeline/draft/report.py)
 
 # errno -> (what went wrong, how to fix it); {flag} becomes the command's output flag.
 _WRITE_ERRORS: dict[int, tuple[str, str]] = {
@@ -93,10 +94,20 @@ def _bench_files(directory: Path) -> set[str] | None:
     return set(BENCH_FILES) | {p.name for p in directory.glob("*.png")}
 
 
+def _draft_files(directory: Path) -> set[str] | None:
+    """`specdec draft`'s checkpoint: its draft_report.json lists what it wrote."""
+    data = _json(directory / DRAFT_REPORT)
+    if not (isinstance(data, dict) and str(data.get("schema", "")).startswith("specdec.draft/")):
+        return None
+    files = data.get("files")
+    return {str(name) for name in files} if isinstance(files, list) else None
+
+
 # kind -> the files a directory of that kind owns (None: not of that kind)
 OWNED: dict[str, Callable[[Path], set[str] | None]] = {
     "specdec bundle": _bundle_files,
     "bench results directory": _bench_files,
+    "specdec draft": _draft_files,
 }
 
 

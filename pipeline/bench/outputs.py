@@ -32,6 +32,7 @@ from specdec.pipeline.records.results import (
     SensorSummary,
     Thermal,
 )
+from specdec.pipeline.runtime.processors import processor_names
 from specdec.pipeline.settings import ResolvedSettings
 
 
@@ -54,7 +55,8 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
         profile=profile.name,
         scenario=scenario,
         config=RunSettings(decode=settings.config, sources=settings.sources, prompts=len(prompts), repeats=repeats,
-                           prompt_ids=[p.id for p in prompts], controllers=controllers),
+                           prompt_ids=[p.id for p in prompts], controllers=controllers,
+                           processors=processor_names(settings.config)),
         partial=run.partial,
         partial_reason=run.partial_reason,
         figures=result.figures,

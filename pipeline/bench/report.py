@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from specdec.pipeline.records.results import BenchResults, Figures
+from specdec.pipeline.runtime.stats import PROCESS
 
 
 def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:
@@ -46,6 +47,17 @@ def _drafter_line(results: BenchResults) -> str:
     lookup = (f", n-grams {decode.lookup_min_ngram}–{decode.lookup_max_ngram}"
               if decode.drafter.uses_lookup else "")
     return f"Drafter `{decode.drafter.value}`{lookup}: " + ("; ".join(parts) or "nothing proposed") + "."
+
+
+def _processors_line(results: BenchResults) -> str | None:
+    """`Logits processors: ban (mask, 3 phrases), json_schema; 0.42 ms per speculative round (mean).`"""
+    names = results.config.processors
+    if not names:
+        return None
+    stage = results.details.stage_latency_ms.get(PROCESS)
+    cost = (f"; {_fmt(stage.mean)} ms per speculative round (mean, p90 {_fmt(stage.p90)}, stage `{PROCESS}`)"
+            if stage is not None else "")
+    return f"Logits processors: {', '.join(names)}{cost}."
 
 
 def _memory_line(results: BenchResults) -> str:
@@ -90,6 +102,9 @@ def summary_markdown(results: BenchResults) -> str:
         f"{_fmt(f.fixed_call_ms)} ms + {_fmt(f.per_node_ms)} ms per tree node. Lossless: {verdict}.",
     ]
     lines.append(_drafter_line(results))
+    processors = _processors_line(results)
+    if processors:
+        lines.append(processors)
     plan = results.plan
     if plan is not None:
         c = plan.choice

@@ -25,7 +25,7 @@ from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
-from specdec.pipeline.records.decode import DrafterKind, VerifyMode
+from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import (
     DEFAULT_CONTROLLERS,
@@ -74,6 +74,12 @@ class BenchConfig:
     tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
     calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
     exact_layout: bool | None = None
+    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
+    ban: tuple[str, ...] | None = None
+    ban_policy: BanPolicy | None = None
+    refusal: str | None = None
+    json_schema: str | None = None
+    regex: str | None = None
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
     baseline: Path | None = None

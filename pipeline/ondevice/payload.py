@@ -74,7 +74,10 @@ def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:
     target = directory / BUNDLE_DIR
     target.mkdir()
     shutil.copyfile(bundle.path / MANIFEST_NAME, target / MANIFEST_NAME)
-    for rel in bundle_files(bundle):
+    files = bundle_files(bundle)
+    if spec.decode.constrained:  # logits processors read the tokenizer on the device (runtime/processors/vocab.py)
+        files = [*files, f"{bundle.manifest.tokenizer.dir}/tokenizer.json"]
+    for rel in files:
         (target / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(bundle.path / rel, target / rel)
     (directory / RUN_SPEC).write_text(json.dumps(to_dict(dataclasses.replace(spec, bundle=BUNDLE_DIR)), indent=1))

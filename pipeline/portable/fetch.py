@@ -166,7 +166,8 @@ def unpack_deb(deb: Path, into: Path) -> None:
 
 # ----------------------------------------------------------------------------------------- pip
 def _pip_platform_args(abi: AbiSpec) -> list[str]:
-    return ["--only-binary=:all:", "--no-deps", "--platform", abi.wheel_platform, "--python-version",
+    platforms = [arg for platform in (abi.wheel_platform, *abi.older_platforms) for arg in ("--platform", platform)]
+    return ["--only-binary=:all:", "--no-deps", *platforms, "--python-version",
             recipe.PYTHON, "--implementation", "cp", "--abi", abi.python_abi]
 
 
@@ -181,7 +182,9 @@ def cached_wheels(dest: Path, abi: AbiSpec) -> list[Path] | None:
     found = []
     for requirement in recipe.WHEELS:
         name, version = _wheel_name(requirement)
-        matches = sorted(p for p in dest.glob(f"{name}-{version}-{abi.python_abi}-*.whl") if arch in p.name)
+        # a CPython-version wheel, or a stable-ABI one (cp39-abi3: llguidance)
+        matches = sorted(p for p in dest.glob(f"{name}-{version}-*.whl") if arch in p.name
+                         and (f"-{abi.python_abi}-" in p.name or "-abi3-" in p.name))
         if not matches:
             return None
         found.append(matches[-1])

@@ -30,7 +30,9 @@ DEBS = ("libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libexpat1", "libffi8",
         f"{PYTHON_PACKAGE}-minimal", f"lib{PYTHON_PACKAGE}-minimal", f"lib{PYTHON_PACKAGE}-stdlib")
 # --no-deps: onnxruntime's declared flatbuffers/protobuf/packaging/sympy serve its tools, not
 # InferenceSession (the probe proves the import and a session work without them).
-WHEELS = ("numpy==2.4.6", "onnxruntime==1.32.0")
+# pyahocorasick and llguidance serve the logits processors (runtime/processors/); llguidance 1.6.1 is
+# the newest with a manylinux aarch64 wheel on the index (the host may run a newer one: same API).
+WHEELS = ("numpy==2.4.6", "onnxruntime==1.32.0", "pyahocorasick==2.3.1", "llguidance==1.6.1")
 
 # Standard-library parts the runner never imports.
 STDLIB_PRUNE = frozenset({
@@ -67,6 +69,8 @@ class AbiSpec:
     loader: str  # glibc's dynamic loader, started by hand on Android
     wheel_platform: str
     machine: str  # uname -m
+    # older manylinux tags the same glibc runs (pip matches an explicit --platform exactly)
+    older_platforms: tuple[str, ...] = ()
 
     @property
     def python_abi(self) -> str:
@@ -76,7 +80,7 @@ class AbiSpec:
 ABIS: dict[str, AbiSpec] = {
     "arm64-v8a": AbiSpec(abi="arm64-v8a", deb_arch="arm64", triplet="aarch64-linux-gnu",
                          loader="ld-linux-aarch64.so.1", wheel_platform="manylinux_2_28_aarch64",
-                         machine="aarch64"),
+                         machine="aarch64", older_platforms=("manylinux_2_17_aarch64", "manylinux2014_aarch64")),
 }
 DEFAULT_ABI = "arm64-v8a"
 

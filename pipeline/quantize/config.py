@@ -39,6 +39,37 @@ _OUTPUT_HEAD = ("lm_head", "embed_out", "output")
 GRAPH_ROLES = ("target", "draft")
 
 
+class WeightFormat(str, enum.Enum):
+    """How the quantized weights are stored and multiplied (docs/quantize.md).
+
+    nbits: com.microsoft MatMulNBits, blockwise int4 (int8 for the head and first block), float
+           or int8 (accuracy level 4) compute;
+    w8a8:  per-channel int8 weights x per-row dynamic uint8 activations, standard MatMulInteger
+           with int32 accumulation (pipeline/int8_matmul.py): row-invariant, exact by construction.
+    """
+
+    nbits = "nbits"
+    w8a8 = "w8a8"
+
+
+def parse_format(value: WeightFormat | str) -> WeightFormat:
+    if isinstance(value, WeightFormat):
+        return value
+    try:
+        return WeightFormat(str(value).lower())
+    except ValueError:
+        raise InputError(f"unknown weight format '{value}' for {setting('format')}",
+                         f"use one of: {', '.join(f.value for f in WeightFormat)}") from None
+
+
+# The methods a format implements when --method is left out, and the ones it accepts.
+# w8a8 is round-to-nearest per output column: at 8 bits per channel the rounding error is already
+# below what AWQ's scaling or GPTQ's error feedback correct, so no calibration is run.
+DEFAULT_METHOD = {WeightFormat.nbits: "awq", WeightFormat.w8a8: "rtn"}
+FORMAT_METHODS = {WeightFormat.nbits: ("rtn", "gptq", "awq"), WeightFormat.w8a8: ("rtn",)}
+W8A8_WEIGHT_BITS = (7, 8)
+
+
 class Method(str, enum.Enum):
     rtn = "rtn"
     gptq = "gptq"
@@ -62,7 +93,8 @@ class QuantizeConfig:
     # Quantizing only the draft keeps the target, and so every output token, bit for bit what it
     # was, while the draft (a weight-bandwidth bound call per tree level) reads a third of the bytes.
     graphs: tuple[str, ...] | None = None
-    method: Method = Method.awq
+    format: WeightFormat = WeightFormat.nbits
+    method: Method | None = None  # None: the format's default (DEFAULT_METHOD)
     target_method: Method | None = None
     draft_method: Method | None = None
     group_size: int | None = None  # None: per layer, 128 where the width allows, else 64 or 32
@@ -81,16 +113,27 @@ class QuantizeConfig:
     # None: on for vocabularies of LARGE_VOCAB tokens or more, where the table is a large share of the
     # bundle (136M of Qwen2.5-0.5B's 494M parameters), off below, where it is small and stays exact.
     quantize_embeddings: bool | None = None
+    # w8a8 weight range: 7 bits (+-63) is exact on every CPU; 8 bits (+-127) only where no kernel
+    # accumulates pairs in saturating int16 (x86 with VNNI, arm64): pipeline/int8_matmul.py
+    w8a8_weight_bits: int = 7
     # Size of the engine check in the quality report (prompts x new tokens, greedy).
     eval_prompts: int = 8
     eval_new_tokens: int = 32
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "method", parse_method(self.method))
+        object.__setattr__(self, "format", parse_format(self.format))
+        method = self.method if self.method is not None else DEFAULT_METHOD[self.format]
+        object.__setattr__(self, "method", parse_method(method))
         for key in ("target_method", "draft_method"):
             value = getattr(self, key)
             if value is not None:
                 object.__setattr__(self, key, parse_method(value, key))
+        accepted = FORMAT_METHODS[self.format]
+        for key in ("method", "target_method", "draft_method"):
+            value = getattr(self, key)
+            if value is not None and value.value not in accepted:
+                raise InputError(f"{setting(key)} {value.value} does not apply to {setting('format')} "
+                                 f"{self.format.value}", f"use {' or '.join(accepted)} (or leave it out)")
         object.__setattr__(self, "keep_float", tuple(self.keep_float))
         if self.graphs is not None:
             graphs = self.graphs.split(",") if isinstance(self.graphs, str) else list(self.graphs)
@@ -113,6 +156,9 @@ class QuantizeConfig:
              "use 8 (default) or 4"),
             (self.first_block_bits not in (4, 8),
              f"{setting('first_block_bits')} {self.first_block_bits} is not 4 or 8", "use 8 (default) or 4"),
+            (self.w8a8_weight_bits not in W8A8_WEIGHT_BITS,
+             f"{setting('w8a8_weight_bits')} {self.w8a8_weight_bits} is not 7 or 8",
+             "use 7 (exact on every CPU) or 8 (x86 with VNNI, arm64)"),
             (self.calib_samples < 1, f"{setting('calib_samples')} must be at least 1", fix),
             (self.calib_seq_len < 8, f"{setting('calib_seq_len')} must be at least 8", fix),
             (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
@@ -133,7 +179,9 @@ class QuantizeConfig:
 
     def method_for(self, role: str) -> Method:
         override = self.target_method if role == "target" else self.draft_method
-        return override or self.method
+        method = override or self.method
+        assert method is not None  # resolved in __post_init__
+        return method
 
     def bits_for(self, role: str, layer: str) -> int | None:
         """4 or 8 bits for a layer, or None when a --keep-float pattern matches it."""
@@ -162,7 +210,10 @@ class QuantizeConfig:
         def file_record(path: Path | None) -> dict[str, str] | None:
             return None if path is None else {"path": str(path), "sha256": sha256_file(Path(path))}
 
+        w8a8 = {"format": self.format.value, "w8a8_weight_bits": self.w8a8_weight_bits} \
+            if self.format is WeightFormat.w8a8 else {}
         return {
+            **w8a8,
             "graphs": None if self.graphs is None else list(self.graphs),
             "target_method": self.method_for("target").value,
             "draft_method": self.method_for("draft").value,

@@ -1,4 +1,5 @@
-"""Rewrite the linear layers of an exported graph into `com.microsoft::MatMulNBits`.
+"""Rewrite the linear layers of an exported graph into `com.microsoft::MatMulNBits` or, for the
+w8a8 format, the standard-op MatMulInteger subgraph of `specdec.pipeline.int8_matmul`.
 
 Layers are found by `specdec.pipeline.graph_query.find_layers` (module paths from the exporter's
 metadata); each rewrite keeps that metadata on the new nodes so later stages can name them.
@@ -12,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from specdec.pipeline import int8_matmul
 from specdec.pipeline.graph_query import (
     MS_DOMAIN,
     SCOPES_KEY,
@@ -26,7 +28,7 @@ from specdec.pipeline.quantize.packing import Packed
 @dataclass(frozen=True)
 class Rewrite:
     layer: Layer
-    packed: Packed
+    packed: Packed | int8_matmul.Int8Columns
     input_scale: np.ndarray | None  # AWQ: multiply x by this before the MatMulNBits
     accuracy_level: int
 
@@ -35,6 +37,11 @@ def _replacement(rewrite: Rewrite, node: onnx.NodeProto, taken: set[str]) -> tup
                                                                                       list[TensorProto]]:
     layer, packed = rewrite.layer, rewrite.packed
     prefix = layer.name.replace("#", "_")
+    if isinstance(packed, int8_matmul.Int8Columns):
+        w8a8_nodes, w8a8_inits = int8_matmul.emit(layer.input, layer.output, packed, prefix,
+                                                  lambda base: unique_name(base, taken), bias=layer.bias)
+        _keep_scopes(node, w8a8_nodes)
+        return w8a8_nodes, w8a8_inits
     inits = [numpy_helper.from_array(packed.weight, unique_name(f"{prefix}.qweight{packed.bits}", taken)),
              numpy_helper.from_array(packed.scales.astype(layer.dtype), unique_name(f"{prefix}.scales", taken))]
     inputs = [layer.input, inits[0].name, inits[1].name]
@@ -60,10 +67,14 @@ def _replacement(rewrite: Rewrite, node: onnx.NodeProto, taken: set[str]) -> tup
     if layer.bias is not None:
         nodes.append(helper.make_node("Add", [product, layer.bias], [layer.output],
                                       name=unique_name(f"{layer.node}_bias", taken)))
+    _keep_scopes(node, nodes)
+    return nodes, inits
+
+
+def _keep_scopes(node: onnx.NodeProto, nodes: list[onnx.NodeProto]) -> None:
     scopes = [prop for prop in node.metadata_props if prop.key == SCOPES_KEY]
     for new in nodes:  # keep the module path (not the bulky stack traces) so tools can still name the layer
         new.metadata_props.extend(scopes)
-    return nodes, inits
 
 
 def apply_rewrites(model: onnx.ModelProto, rewrites: list[Rewrite]) -> None:
@@ -95,5 +106,5 @@ def apply_rewrites(model: onnx.ModelProto, rewrites: list[Rewrite]) -> None:
     retain(graph.initializer, lambda init: init.name not in dead_inits)
     gone = dead_transposes | dead_inits
     retain(graph.value_info, lambda value: value.name not in gone)
-    if rewrites:
+    if any(isinstance(r.packed, Packed) for r in rewrites):
         ensure_opset(model, MS_DOMAIN, 1)

@@ -1,10 +1,11 @@
-"""`specdec quantize`: INT4/INT8 weight-only quantization of target and draft into MatMulNBits.
+"""`specdec quantize`: target and draft weights into one of the formats of `WeightFormat`.
 
-Per graph: find the linear layers, decide each one's bits (mixed-precision defaults and
-`--keep-float`) and block size, collect calibration statistics from the float graph when the
-method needs them, quantize, pack and rewrite. The results must pass `onnx.checker` (full) and
-are measured against the float bundle (quality.py). Everything else in the bundle (tokenizer,
-custom-op functions) is copied unchanged.
+nbits (INT4/INT8 weight-only MatMulNBits), per graph: find the linear layers, decide each one's
+bits (mixed-precision defaults and `--keep-float`) and block size, collect calibration statistics
+from the float graph when the method needs them, quantize, pack and rewrite. The results must
+pass `onnx.checker` (full) and are measured against the float bundle (quality.py). The w8a8
+format (w8a8.py) rewrites every linear layer into per-channel int8 x per-row uint8 MatMulInteger
+instead. Everything else in the bundle (tokenizer, custom-op functions) is copied unchanged.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
 from specdec.pipeline.graph_query import Layer, find_layers, load_weight
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.quantize import calibration, quality
+from specdec.pipeline.quantize import calibration, quality, w8a8
 from specdec.pipeline.quantize.algorithms import ALGORITHMS, LayerStats, QuantResult, QuantSpec, rtn
-from specdec.pipeline.quantize.config import AUTO_GROUP_SIZES, LARGE_VOCAB, QuantizeConfig
+from specdec.pipeline.quantize.config import AUTO_GROUP_SIZES, LARGE_VOCAB, QuantizeConfig, WeightFormat
 from specdec.pipeline.quantize.embeddings import apply_embeddings, find_embeddings, load_table
 from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
 from specdec.pipeline.quantize.packing import pack
 from specdec.pipeline.records.codec import from_dict
-from specdec.pipeline.records.manifest import GraphQuantization, LayerQuantization, Quantization
+from specdec.pipeline.records.manifest import W8A8_FORMAT, GraphQuantization, LayerQuantization, Quantization
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,24 @@ def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConf
     return records
 
 
+def _quantize_graph_w8a8(model: onnx.ModelProto, source: Path, role: str, spec: GraphSpec, plans: list[LayerPlan],
+                         config: QuantizeConfig, data: calibration.CalibrationData, workdir: Path,
+                         progress: Progress) -> GraphQuantization:
+    record = w8a8.quantize_graph(model, role, [plan.layer for plan in plans], config, progress)
+    record.embeddings = _quantize_embeddings(model, role, config, spec.vocab_size)
+    return record
+
+
+# (graph, its source file for streamed calibration probes, role, ...)
+GraphQuantizer = Callable[[onnx.ModelProto, Path, str, GraphSpec, list[LayerPlan], QuantizeConfig,
+                           calibration.CalibrationData, Path, Progress], GraphQuantization]
+# format -> (how a graph is quantized, the manifest's format and domain)
+FORMATS: dict[WeightFormat, tuple[GraphQuantizer, str, str]] = {
+    WeightFormat.nbits: (_quantize_graph, "MatMulNBits", "com.microsoft"),
+    WeightFormat.w8a8: (_quantize_graph_w8a8, W8A8_FORMAT, "ai.onnx"),
+}
+
+
 def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
     from specdec.pipeline.text import TextCodec
 
@@ -198,9 +217,11 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
+        quantize_graph, format_name, domain = FORMATS[config.format]
         plans = {role: plan_graph(find_layers(load_graph(source.graph_path(role), weights=False)), role, config)
                  for role in roles}
-        _check_group_size(plans, config)
+        if config.format is WeightFormat.nbits:  # w8a8 is per channel: any width
+            _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
         data = calibration.prepare(calib=config.calib, eval_file=config.eval_file, samples=config.calib_samples,
                                    seq_len=config.calib_seq_len, prompts=config.eval_prompts, seed=config.seed,
@@ -212,14 +233,14 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         for role in roles:
             spec = manifest.graphs[role]
             model = load_graph(source.graph_path(role))
-            records[role] = _quantize_graph(model, source.graph_path(role), role, spec, plans[role], config, data,
-                                            writer.dir, progress)
+            records[role] = quantize_graph(model, source.graph_path(role), role, spec, plans[role], config, data,
+                                           writer.dir, progress)
             out = writer.dir / spec.file
             save_graph(model, out)
             del model
             onnx.checker.check_model(str(out), full_check=True)
             spec.inputs, spec.outputs = describe_io(out)
-        manifest.quantization = Quantization(format="MatMulNBits", domain="com.microsoft", graphs=records)
+        manifest.quantization = Quantization(format=format_name, domain=domain, graphs=records)
         # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
         (writer.dir / MANIFEST_NAME).write_text(manifest.to_json())
         report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=config.eval_new_tokens,

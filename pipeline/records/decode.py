@@ -8,9 +8,11 @@ max_k 8, the articles' prune parameters); profiles, scenarios and CLI help refer
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.records.codec import OMIT_DEFAULT
 
 
 class VerifyMode(str, enum.Enum):
@@ -34,6 +36,15 @@ class DrafterKind(str, enum.Enum):
     def uses_lookup(self) -> bool:
         return self is not DrafterKind.model
 
+
+class BanPolicy(str, enum.Enum):
+    """What a banned phrase does (runtime/processors/ban.py)."""
+
+    mask = "mask"  # a token that would complete a banned phrase is never emitted
+    refuse = "refuse"  # the reply stops where one would be completed, and is the refusal template instead
+
+
+DEFAULT_REFUSAL = "I can't help with that."
 
 MAX_LOOKUP_NGRAM = 8  # longer suffixes almost never match where a shorter one did not
 
@@ -71,6 +82,15 @@ class DecodeConfig:
     # and trees are chains, so each token is computed by the same kernels on the same data
     # whether it is decoded alone or verified in a round (see runtime/invariance.py).
     exact_layout: bool = False
+    # Constrained decoding (runtime/processors/): each constraint transforms the target's distribution
+    # at every position given the prefix, in plain decoding, at every tree node and for the draft's
+    # proposals alike, so speculative output equals plain output under the same constraints. Left out
+    # of the JSON while unset, so records without them keep their shape.
+    ban: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)  # banned phrases (text)
+    ban_policy: BanPolicy = field(default=BanPolicy.mask, metadata=OMIT_DEFAULT)
+    refusal: str = field(default=DEFAULT_REFUSAL, metadata=OMIT_DEFAULT)  # the reply when ban_policy is refuse
+    json_schema: str | None = field(default=None, metadata=OMIT_DEFAULT)  # a JSON schema (its text) replies follow
+    regex: str | None = field(default=None, metadata=OMIT_DEFAULT)  # a regular expression replies match
 
     def __post_init__(self) -> None:
         if self.mode is not None and not isinstance(self.mode, VerifyMode):
@@ -85,6 +105,14 @@ class DecodeConfig:
             except ValueError:
                 raise InputError(f"unknown {setting('drafter')} '{self.drafter}'",
                                  f"use one of: {', '.join(k.value for k in DrafterKind)}") from None
+        if not isinstance(self.ban_policy, BanPolicy):
+            try:
+                object.__setattr__(self, "ban_policy", BanPolicy(self.ban_policy))
+            except ValueError:
+                raise InputError(f"unknown {setting('ban_policy')} '{self.ban_policy}'",
+                                 f"use one of: {', '.join(p.value for p in BanPolicy)}") from None
+        object.__setattr__(self, "ban", tuple(self.ban))
+        self._check_constraints()
         fix_it = "fix the setting and run again"
         mode, temperature = setting("mode"), setting("temperature")
         problems = [
@@ -105,6 +133,27 @@ class DecodeConfig:
         for failed, problem, fix in problems:
             if failed:
                 raise InputError(problem, fix)
+
+    def _check_constraints(self) -> None:
+        if any(not phrase.strip() for phrase in self.ban):
+            raise InputError(f"{setting('ban')} holds an empty phrase", "put one non-empty phrase on each line")
+        if self.json_schema is not None and self.regex is not None:
+            raise InputError(f"both {setting('json_schema')} and {setting('regex')} are set",
+                             "constrain a reply with one of them")
+        if self.json_schema is not None:
+            try:
+                schema = json.loads(self.json_schema)
+            except ValueError as exc:
+                raise InputError(f"{setting('json_schema')} is not valid JSON ({exc})", "fix the schema file") from None
+            if not isinstance(schema, dict | bool):
+                raise InputError(f"{setting('json_schema')} must be a JSON object (a schema)", "fix the schema file")
+        if self.regex is not None and not self.regex:
+            raise InputError(f"{setting('regex')} is empty", "pass a pattern, e.g. --regex '[0-9]+'")
+
+    @property
+    def constrained(self) -> bool:
+        """Whether any logits processor runs (runtime/processors/)."""
+        return bool(self.ban) or self.json_schema is not None or self.regex is not None
 
     @property
     def effective_mode(self) -> VerifyMode:

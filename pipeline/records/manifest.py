@@ -96,13 +96,29 @@ class GraphQuantization:
     embeddings: dict[str, LayerQuantization]
     summary: dict[str, int]  # layers per precision: int4, int8, float
     layers: dict[str, LayerQuantization]
+    # w8a8 only: the weights' range (7 bits: +-63, 8 bits: +-127; pipeline/int8_matmul.py says why)
+    weight_bits: int | None = field(default=None, metadata=OMIT_DEFAULT)
+
+
+W8A8_FORMAT = "w8a8"
 
 
 @dataclass
 class Quantization:
-    format: str  # the operator the weights are stored for, e.g. MatMulNBits
+    format: str  # the operator the weights are stored for: MatMulNBits, or w8a8 (standard MatMulInteger)
     domain: str
     graphs: dict[str, GraphQuantization]
+
+    @property
+    def row_invariant(self) -> bool:
+        """Every matmul computes a row alone exactly as in any batch (per-row scales, int32 sums)."""
+        return self.format == W8A8_FORMAT
+
+    def int8_activations(self, role: str) -> bool:
+        """Does the graph round its activations to int8 (w8a8, MatMulNBits accuracy level 4)? Then a
+        last-bit difference upstream can move a value across a rounding step."""
+        graph = self.graphs.get(role)
+        return graph is not None and (self.row_invariant or graph.accuracy_level >= 4)
 
 
 # ---- buckets (written by compile) ----------------------------------------------------------------

@@ -73,6 +73,8 @@ class RunSettings:
     repeats: int
     prompt_ids: list[str]
     controllers: list[str]
+    # the logits processors every reply ran (runtime/processors/: "ban (mask)", "json_schema", ...)
+    processors: list[str] = field(default_factory=list, metadata=OMIT_DEFAULT)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import Protocol
 import numpy as np
 
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
+from specdec.pipeline.runtime.processors.base import Constraints
 from specdec.pipeline.runtime.rng import Randomness
 from specdec.pipeline.runtime.stats import RoundStats
 from specdec.pipeline.runtime.tree import DraftTree
@@ -66,6 +67,9 @@ class Drafter(Protocol):
 
     def reset(self, prompt: list[int], first: int) -> None:
         """A new reply: the prompt and the first token the target chose after it (the first root)."""
+
+    def constrain(self, constraints: Constraints | None) -> None:
+        """The reply's logits processors: proposals are restricted to what they allow (None: none)."""
 
     def fit(self, plan: RoundPlan) -> RoundPlan:
         """The plan cut to what this drafter can do now (e.g. the draft model's free KV slots)."""

@@ -33,9 +33,11 @@ from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.lookup import LookupDrafter, ModelLookupDrafter
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.runtime.model_drafter import ModelDrafter
+from specdec.pipeline.runtime.processors import Constraints, ProcessorCache, build
+from specdec.pipeline.runtime.processors.base import REFUSED
 from specdec.pipeline.runtime.rng import Randomness, Stream
 from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
-from specdec.pipeline.runtime.stats import ACCEPT, COMMIT, VERIFY, Reply, RoundStats, StageClock
+from specdec.pipeline.runtime.stats import ACCEPT, COMMIT, PROCESS, VERIFY, Reply, RoundStats, StageClock
 from specdec.pipeline.runtime.tree import LOOKUP, MODEL, DraftTree, ancestor_matrix
 
 TokenSink = Callable[[list[int]], None]
@@ -100,6 +102,10 @@ class Engine:
         fast = getattr(self.target, "greedy_root_step", None)
         self._greedy_root_step: Callable[[int, int], int] | None = fast if self.target.has_verify else None
         self.max_context = min(self.target.max_context, self.drafter.runner.max_context if self.drafter else 1 << 62)
+        self._processor_cache: ProcessorCache | None = None
+        # The reply's logits processors (None: unconstrained). With them the logits must reach the
+        # host, so the in-graph verify and the fused greedy step are not used.
+        self._constraints: Constraints | None = None
 
     # -- helpers ---------------------------------------------------------------------------
     def _choose(self, logits_row: np.ndarray, generated_index: int, config: DecodeConfig, rand: Randomness) -> int:
@@ -124,6 +130,14 @@ class Engine:
                                   "tokenize with the bundle's tokenizer")
         return ids
 
+    def constraints_for(self, config: DecodeConfig) -> Constraints | None:
+        """A reply's logits processors (runtime/processors/), compiled once per bundle and setting."""
+        if not config.constrained:
+            return None
+        if self._processor_cache is None:
+            self._processor_cache = ProcessorCache(self.info.tokenizer_dir / "tokenizer.json", self.vocab)
+        return build(config, self._processor_cache)
+
     def drafter_for(self, config: DecodeConfig) -> Drafter:
         """The drafter `config.drafter` names; BundleError if it needs a draft graph this bundle lacks."""
         return DRAFTERS[config.drafter](self.drafter, config)
@@ -133,6 +147,7 @@ class Engine:
                  controller: RoundController | None = None) -> Reply:
         ids = self.check_prompt(prompt)
         drafter = self.drafter_for(config) if config.speculative else None
+        constraints = self._constraints = self.constraints_for(config)
         rand = Randomness(config.seed)
         start = time.perf_counter_ns()
         target = self.target
@@ -142,14 +157,19 @@ class Engine:
         assert logits is not None
         target.commit(np.arange(len(ids)))
         prefill_ns = time.perf_counter_ns() - start
-        output = [self._choose(logits[len(ids) - 1], 0, config, rand)]
+        first = logits[len(ids) - 1] if constraints is None else constraints.process_row(logits[len(ids) - 1], ())
+        output = [self._choose(first, 0, config, rand)]
+        refused = False
+        if constraints is not None:
+            output, refused = constraints.accept(output)
         ttft_ns = time.perf_counter_ns() - start
-        if on_tokens:
+        if on_tokens and output:
             on_tokens(list(output))
         rounds: list[RoundStats] = []
-        if drafter is not None:
+        if drafter is not None and output:
             drafter.reset(ids, output[0])
-        stop = self._stop_reason(output, config)
+            drafter.constrain(constraints)
+        stop = REFUSED if refused else self._stop_reason(output, config)
         while stop is None:
             round_start = time.perf_counter_ns()
             stats = RoundStats(index=len(rounds), kind="plain")
@@ -160,15 +180,18 @@ class Engine:
                 assert drafter is not None
                 stats.kind = "speculative"
                 emitted = self._speculative_round(drafter, output, config, rand, plan, stats)
+            emitted = self._clip(emitted, output, config)
+            if constraints is not None:
+                with StageClock(stats)(PROCESS):
+                    emitted, refused = constraints.accept(emitted)
             stats.wall_ns = time.perf_counter_ns() - round_start
             if controller is not None:
                 controller.observe(stats)
             rounds.append(stats)
-            emitted = self._clip(emitted, output, config)
             output += emitted
             if on_tokens and emitted:
                 on_tokens(emitted)
-            stop = self._stop_reason(output, config) or self._context_full()
+            stop = REFUSED if refused else self._stop_reason(output, config) or self._context_full()
         return Reply(ids, output, stop, ttft_ns, time.perf_counter_ns() - start, prefill_ns, rounds)
 
     # -- rounds ----------------------------------------------------------------------------
@@ -201,7 +224,9 @@ class Engine:
         clock = StageClock(stats)
         target = self.target
         rows = 2 if config.exact_layout else 1  # the exact layout never calls with a single row
-        if self._greedy_root_step is not None and config.effective_mode is VerifyMode.greedy:
+        constraints = self._constraints
+        if (self._greedy_root_step is not None and config.effective_mode is VerifyMode.greedy
+                and constraints is None):
             with clock(VERIFY):
                 token = self._greedy_root_step(output[-1], rows)
             stats.bytes_out += target.last_bytes_out
@@ -220,8 +245,12 @@ class Engine:
             with clock(VERIFY):
                 logits, _ = target.forward(*args)
             assert logits is not None
+            row = logits[0]
+            if constraints is not None:
+                with clock(PROCESS):
+                    row = constraints.process_row(row, ())
             with clock(ACCEPT):
-                token = self._choose(logits[0], len(output), config, rand)
+                token = self._choose(row, len(output), config, rand)
         with clock(COMMIT):
             target.commit([0])
         stats.bytes_out += target.last_bytes_out
@@ -270,6 +299,9 @@ class Engine:
             with clock(VERIFY):
                 logits, _ = target.forward(*args)
             assert logits is not None
+            if self._constraints is not None:  # every node's row given its own path
+                with clock(PROCESS):
+                    logits = self._constraints.process_tree(logits, tree.tokens, tree.parents)
             with clock(ACCEPT):
                 accepted, length, next_token = self._verify(logits, tree, drafted, config, rand, generated)
         stats.bytes_out += target.last_bytes_out
@@ -279,7 +311,8 @@ class Engine:
         return path, next_token
 
     def _verify_in_graph(self, config: DecodeConfig) -> bool:
-        return self.target.has_verify and config.effective_mode is not VerifyMode.rrs
+        # the in-graph verify never hands the logits out, so logits processors cannot run there
+        return self.target.has_verify and config.effective_mode is not VerifyMode.rrs and self._constraints is None
 
     def _match_uniforms(self, depths: np.ndarray, rand: Randomness, generated: int) -> np.ndarray:
         # The choice at a depth-d node is output token number `generated + d`; it gets the uniform

@@ -28,6 +28,7 @@ from itertools import islice
 from specdec.pipeline.records.decode import DecodeConfig, VerifyMode
 from specdec.pipeline.runtime.drafter import DraftResult, RoundPlan, no_distributions
 from specdec.pipeline.runtime.model_drafter import ModelDrafter
+from specdec.pipeline.runtime.processors.base import Constraints
 from specdec.pipeline.runtime.rng import Randomness
 from specdec.pipeline.runtime.stats import LOOKUP, PRUNE, RoundStats, StageClock
 from specdec.pipeline.runtime.tree import CandidatePool, DraftTree
@@ -187,6 +188,10 @@ class LookupDrafter:
     def __init__(self, min_n: int, max_n: int) -> None:
         self.index = NgramIndex(min_n, max_n)
         self.acceptance = LookupAcceptance(max_n)
+        self.constraints: Constraints | None = None
+
+    def constrain(self, constraints: Constraints | None) -> None:
+        self.constraints = constraints
 
     @classmethod
     def from_config(cls, config: DecodeConfig) -> LookupDrafter:
@@ -207,6 +212,10 @@ class LookupDrafter:
     def graft_chains(self, pool: CandidatePool, chains: list[tuple[int, list[int]]]) -> None:
         logp = self.acceptance.logp
         for rank, (n, chain) in enumerate(chains):
+            if self.constraints is not None:  # a chain is cut where it leaves the constraints
+                chain = chain[: self.constraints.compliant_prefix(chain)]
+                if not chain:
+                    continue
             cells = self.acceptance.cells(n, rank, len(chain))
             weights = []
             path = 0.0
@@ -263,6 +272,10 @@ class ModelLookupDrafter:
 
     def fit(self, plan: RoundPlan) -> RoundPlan:
         return self.model.fit(plan)
+
+    def constrain(self, constraints: Constraints | None) -> None:
+        self.model.constrain(constraints)
+        self.lookup.constrain(constraints)
 
     def draft(self, root: int, root_position: int, plan: RoundPlan, config: DecodeConfig, rand: Randomness,
               round_key: int, stats: RoundStats) -> DraftResult:

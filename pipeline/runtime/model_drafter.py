@@ -13,9 +13,10 @@ import numpy as np
 from specdec.custom_ops.dynamic_tree_prune import dynamic_tree_prune
 from specdec.pipeline.records.decode import DecodeConfig, VerifyMode
 from specdec.pipeline.runtime.drafter import DraftResult, RoundPlan
+from specdec.pipeline.runtime.processors.base import Constraints
 from specdec.pipeline.runtime.rng import Randomness, Stream
 from specdec.pipeline.runtime.runner import Runner, causal
-from specdec.pipeline.runtime.stats import COMMIT, DRAFT, PRUNE, RoundStats, StageClock
+from specdec.pipeline.runtime.stats import COMMIT, DRAFT, PROCESS, PRUNE, RoundStats, StageClock
 from specdec.pipeline.runtime.tree import CandidatePool
 
 _LEVEL_STRIDE = 64  # draft-stream index = round start * stride + level
@@ -56,6 +57,10 @@ class ModelDrafter:
         self.target_vocab = target_vocab
         self.pending: list[int] = []
         self.beta_base: float | None = None  # this round's plan override
+        self.constraints: Constraints | None = None  # the reply's logits processors (runtime/processors/)
+
+    def constrain(self, constraints: Constraints | None) -> None:
+        self.constraints = constraints
 
     def reset(self, prompt: list[int], first: int = -1) -> None:
         # The draft's prefill happens in the first round's level 0, saving a call; `first` is
@@ -119,6 +124,9 @@ class ModelDrafter:
         dists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         frontier = [0]
         for level in range(plan.depth):
+            if self.constraints is not None:  # proposals comply with the target's constraints
+                with clock(PROCESS):
+                    ids, logprob = self._constrain(pool, frontier, ids, logprob)
             with clock(PRUNE):
                 created: list[int] = []
                 gumbel = self._gumbel(rand, round_key, level, ids.shape) if sampled else None
@@ -149,6 +157,15 @@ class ModelDrafter:
                 if candidate in dists:
                     dist_ids[position], dist_logprob[position] = dists[candidate]
         return DraftResult(tree, dist_ids, dist_logprob, slots_before_tree=len(feed))
+
+    def _constrain(self, pool: CandidatePool, frontier: list[int], ids: np.ndarray, logprob: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Each frontier node's candidates restricted to what the constraints allow after its path."""
+        assert self.constraints is not None
+        ids, logprob = ids.copy(), logprob.copy()
+        for row, node in enumerate(frontier):
+            ids[row], logprob[row] = self.constraints.filter_candidates(pool.path(node), ids[row], logprob[row])
+        return ids, logprob
 
     def _scratch_visibility(self, pool: CandidatePool, frontier: list[int], slots: int) -> np.ndarray:
         """Each frontier node sees the pending tokens and its ancestors' scratch slots."""

@@ -12,7 +12,8 @@ VERIFY = "Target_Verify"
 ACCEPT = "Accept_Reject_Sample"
 COMMIT = "KV_Commit"
 LOOKUP = "Lookup"  # prompt lookup's host work: matching, grafting, indexing accepted tokens
-STAGES = (DRAFT, PRUNE, VERIFY, ACCEPT, COMMIT, LOOKUP)
+PROCESS = "Logits_Process"  # logits processors (runtime/processors/): masks for tree nodes and proposals
+STAGES = (DRAFT, PRUNE, VERIFY, ACCEPT, COMMIT, LOOKUP, PROCESS)
 SOURCES = ("model", "lookup")  # who proposed a tree node (tree.MODEL / tree.LOOKUP bits)
 
 
@@ -86,7 +87,7 @@ class _Timed:
 class Reply:
     prompt_ids: list[int]
     output_ids: list[int]
-    stop_reason: str  # "eos", "max_new_tokens" or "max_context"
+    stop_reason: str  # "eos", "max_new_tokens", "max_context" or "refused" (runtime/processors/)
     ttft_ns: int
     total_ns: int
     prefill_ns: int

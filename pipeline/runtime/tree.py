@@ -191,6 +191,15 @@ class CandidatePool:
             node.path_logprob += delta
             stack.extend(node.children)
 
+    def path(self, index: int) -> list[int]:
+        """The tokens from the root's child down to node `index` (the root excluded)."""
+        tokens: list[int] = []
+        while index > 0:
+            node = self.nodes[index]
+            tokens.append(node.token)
+            index = node.parent
+        return tokens[::-1]
+
     def best(self, indices: list[int], count: int) -> list[int]:
         ranked = sorted(indices, key=lambda i: (-self.nodes[i].path_logprob, i))
         return ranked[:count]

@@ -3,13 +3,14 @@
 The op set is the one onnxruntime-genai's model builder emits for CPU — `GroupQueryAttention`
 (rotary inside, packed QKV, KV buffer shared between past and present, attention over the valid
 length only), `SimplifiedLayerNormalization` / `SkipSimplifiedLayerNormalization`, `MatMulNBits`
-for quantized weights, `FastGelu` — plus what speculation needs and the builder has no input for:
-a tree mask as GQA's `attention_bias` and tree depths as its `position_ids`. We emit the graph
-ourselves instead of running that builder because it starts from the Hugging Face checkpoint and
-its own quantizer: it cannot carry a bundle's AWQ/GPTQ codes, its graphs take a 2-D padding mask,
-and it windows local layers with `local_window_size`, which counts rows, not tree positions.
-onnxscript's ort_fusions (0.7) rewrite attention into GroupQueryAttention only where the mask is
-the causal pattern built from a 2-D `attention_mask` input, so they do not match a tree mask.
+for quantized weights (w8a8: standard MatMulInteger), `FastGelu` — plus what speculation needs
+and the builder has no input for: a tree mask as GQA's `attention_bias` and tree depths as its
+`position_ids`. We emit the graph ourselves instead of running that builder because it starts
+from the Hugging Face checkpoint and its own quantizer: it cannot carry a bundle's AWQ/GPTQ
+codes, its graphs take a 2-D padding mask, and it windows local layers with `local_window_size`,
+which counts rows, not tree positions. onnxscript's ort_fusions (0.7) rewrite attention into
+GroupQueryAttention only where the mask is the causal pattern built from a 2-D `attention_mask`
+input, so they do not match a tree mask.
 
 What the decoder is comes from the graph's `Decoder` record (records/decoder.py), resolved at
 export from the architecture registry, so nothing here branches on a model type:
@@ -45,6 +46,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from specdec.pipeline import int8_matmul
 from specdec.pipeline.compile.fused.weights import DecoderLayer, DecoderWeights, Linear, QuantWeight
 from specdec.pipeline.errors import UnsupportedModelError
 from specdec.pipeline.graph_query import MS_DOMAIN
@@ -90,6 +92,12 @@ class _Emitter:
         if layer.input_scale is not None:
             x = self.node("Mul", [x, self.float_const(f"{base}.awq_inv_scale", layer.input_scale)], 1,
                           f"{base}/awq_scale")[0]
+        if layer.int8 is not None:
+            bias = self.float_const(f"{base}.bias", layer.bias) if layer.bias is not None else None
+            nodes, inits = int8_matmul.emit(x, out or self.name(f"{base}/out"), layer.int8, base, self.name, bias=bias)
+            self.nodes.extend(nodes)
+            self.inits.extend(inits)
+            return str(nodes[-1].output[0])
         if layer.quant is not None:
             q = layer.quant
             inputs = [x, self.const(f"{base}.qweight", q.packed), self.float_const(f"{base}.scales", q.scales)]
@@ -128,6 +136,10 @@ def pack_linears(name: str, parts: list[Linear]) -> Linear | None:
     if any(p.bias is not None for p in parts):
         bias = np.concatenate([p.bias if p.bias is not None else np.zeros(p.N, np.float32) for p in parts])
     n = sum(p.N for p in parts)
+    int8 = [p.int8 for p in parts if p.int8 is not None]
+    if int8:  # w8a8: the parts share x, so its per-row scales; each column keeps its codes and scale
+        return Linear(name, first.K, n, int8=int8_matmul.concatenate(int8), bias=bias) \
+            if len(int8) == len(parts) and first.input_scale is None else None
     weights = [p.weight for p in parts if p.weight is not None]
     if len(weights) == len(parts):
         return Linear(name, first.K, n, weight=np.concatenate(weights, axis=1), bias=bias,

@@ -74,9 +74,8 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
             del model
             runner = FusedRunner(replace(dynamic[role], file=path), path, settings.max_context,
                                  SessionOptions(threads=1))
-            quantized = manifest.quantization.graphs.get(role) if manifest.quantization is not None else None
-            validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size,
-                                              int8_compute=quantized is not None and quantized.accuracy_level >= 4)
+            int8 = manifest.quantization is not None and manifest.quantization.int8_activations(role)
+            validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size, int8_compute=int8)
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
             inputs, outputs = describe_io(path)

@@ -6,7 +6,7 @@ a branching token tree on that past, a commit of one of its paths, and a decode 
 are compared relative to max(1, max|reference|) (a different q re-associates float sums); the
 custom ops' outputs must be identical.
 
-Graphs that compute in int8 (MatMulNBits accuracy level 4) quantize every activation row: the
+Graphs that compute in int8 (MatMulNBits accuracy level 4, the w8a8 format) quantize every activation row: the
 last-bit differences a fused op makes (a fused norm, a packed projection) move some values
 across a rounding step, so their logits get the INT4 tolerance, and the custom ops' outputs are
 compared wherever both graphs rank each row's top candidates the same (elsewhere the ops

@@ -5,7 +5,8 @@ checkpoint, so it works on any bundle (the checkpoint may be gone) and keeps wha
 chose (AWQ/GPTQ/RTN codes, per-layer bits, the AWQ input scales). Layers are found by the module
 path torch records in each node's metadata (`model.layers.0.self_attn.q_proj`), which export
 writes and quantize keeps: a linear layer is a float `MatMul` (quantize/layers.find_layers) or a
-`MatMulNBits`, optionally behind AWQ's `Mul` by a constant and followed by a bias `Add`. Which
+`MatMulNBits`, optionally behind AWQ's `Mul` by a constant and followed by a bias `Add`, or the w8a8
+format's MatMulInteger subgraph (pipeline/int8_matmul.py reads it back). Which
 modules to look for (packed projections, q/k norms, where the norms sit) comes from the graph's
 `Decoder` record (records/decoder.py); a norm's scale is whatever its module multiplies by, so
 Gemma's (1 + w), which the exporter folds into one constant, reads as the scale it is.
@@ -21,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from specdec.pipeline import int8_matmul
 from specdec.pipeline.errors import UnsupportedModelError
 from specdec.pipeline.graph_query import MS_DOMAIN, attribute_value, find_layers, load_weight, module_name
 from specdec.pipeline.records.decoder import Decoder
@@ -40,13 +42,14 @@ class QuantWeight:
 
 @dataclass(frozen=True)
 class Linear:
-    """`y = (x * input_scale) @ W + bias` with W float [K, N] or quantized."""
+    """`y = (x * input_scale) @ W + bias` with W float [K, N] or quantized (MatMulNBits or w8a8)."""
 
     name: str
     K: int
     N: int
     weight: np.ndarray | None = None
     quant: QuantWeight | None = None
+    int8: int8_matmul.Int8Columns | None = None
     bias: np.ndarray | None = None
     input_scale: np.ndarray | None = None  # AWQ: x is multiplied by this before the layer
 
@@ -199,6 +202,16 @@ def read_linears(model: onnx.ModelProto) -> dict[str, Linear]:
         if bias is None:
             bias = _bias_after(graph, node.output[0], n)
         found[name] = Linear(name, k, n, quant=quant, bias=bias, input_scale=input_scale)
+    for node in model.graph.node:
+        if node.op_type != "MatMulInteger" or node.domain not in ("", "ai.onnx"):
+            continue
+        name = module_name(node)
+        read = int8_matmul.read(node, graph.constant, lambda value: graph.consumers.get(value, []))
+        if name is None or read is None:
+            raise UnsupportedModelError(f"MatMulInteger node '{node.name}' is not a w8a8 layer of this specdec "
+                                        "version", "quantize the float bundle again with --format w8a8")
+        int8, output = read
+        found[name] = Linear(name, int8.K, int8.N, int8=int8, bias=_bias_after(graph, output, int8.N))
     return found
 
 

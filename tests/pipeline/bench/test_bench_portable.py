@@ -161,3 +161,20 @@ def test_failures_name_the_step(arm_phone: tuple[StandinDevice, RuntimeArchive],
     with pytest.raises(DeviceError, match="failed at the session step") as info:
         run_probe(adb, pushed, f"{SPECDEC}/probe")
     assert "\n" not in info.value.one_line()
+
+
+def test_constrained_bench_with_the_portable_runtime(arm_phone: tuple[StandinDevice, RuntimeArchive],
+                                                     bench_bundle: Any, prompts_file: Path, tmp_path: Path) -> None:
+    """Banned phrases (pyahocorasick) and a regex (llguidance) run on the phone: the arm64 wheels ship."""
+    device, _ = arm_phone
+    (tmp_path / "ban.txt").write_text("the\nqu\n")
+    result = CliRunner().invoke(app, ["bench", str(bench_bundle.path), "--device", "adb", "-s", device.serial,
+                                      "--prompts", str(prompts_file), "--limit", "1", "-n", "8", "--no-tune",
+                                      "--ban", str(tmp_path / "ban.txt"), "--regex", "[a-z ]+",
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["runtime"]["kind"] == "portable"
+    assert data["config"]["processors"] == ["ban (mask, 2 phrases)", "regex"]
+    assert not data["partial"] and data["lossless"]["checked"] and data["lossless"]["equal"]
+    assert data["details"]["stage_latency_ms"]["Logits_Process"] is not None

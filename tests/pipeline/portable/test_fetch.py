@@ -71,10 +71,14 @@ def test_wheels_in_the_cache_need_no_network(tmp_path: Path) -> None:
     assert fetch.cached_wheels(tmp_path, ABI) is None
     for name in ("numpy-2.4.6-cp311-cp311-manylinux_2_27_aarch64.manylinux_2_28_aarch64.whl",
                  "onnxruntime-1.32.0-cp311-cp311-manylinux_2_28_aarch64.whl",
-                 "onnxruntime-1.32.0-cp311-cp311-manylinux_2_28_x86_64.whl"):
+                 "onnxruntime-1.32.0-cp311-cp311-manylinux_2_28_x86_64.whl",
+                 "pyahocorasick-2.3.1-cp311-cp311-manylinux2014_aarch64.manylinux_2_17_aarch64.whl"):
         (tmp_path / name).touch()
+    assert fetch.cached_wheels(tmp_path, ABI) is None  # llguidance missing
+    (tmp_path / "llguidance-1.6.1-cp39-abi3-manylinux_2_28_aarch64.whl").touch()  # stable ABI: any CPython
     found = fetch.cached_wheels(tmp_path, ABI)
-    assert found is not None and [p.name.split("-")[0] for p in found] == ["numpy", "onnxruntime"]
+    assert found is not None
+    assert [p.name.split("-")[0] for p in found] == ["numpy", "onnxruntime", "pyahocorasick", "llguidance"]
     assert all("aarch64" in p.name for p in found)
     # offline: a dead index is never asked
     assert fetch.fetch_wheels(tmp_path, ABI, Sources(pip_index_url=f"{DEAD}/simple")) == found

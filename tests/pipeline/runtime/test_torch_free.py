@@ -26,6 +26,10 @@ def test_runtime_runs_without_torch(bundle_factory) -> None:  # type: ignore[no-
         for drafter in ("lookup", "model+lookup"):
             copied = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8, drafter=drafter))
             assert copied.output_ids == plain.output_ids, (drafter, copied.output_ids)
+        banned = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8, ban=("e",), regex="[a-z ]+"))
+        plain_banned = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=8, ban=("e",), regex="[a-z ]+",
+                                                               speculative=False))
+        assert banned.output_ids == plain_banned.output_ids, (banned.output_ids, plain_banned.output_ids)
         loaded = sorted(m for m in sys.modules if m.split(".")[0] in {BLOCKED!r} and sys.modules[m] is not None)
         assert not loaded, loaded
         print("ok", len(greedy.output_ids), len(sampled.output_ids))

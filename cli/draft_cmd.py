@@ -1,0 +1,67 @@
+"""`specdec draft TARGET -o DRAFT_DIR`: a draft made from the target (pruning + distillation)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from specdec.cli import options
+from specdec.cli.console import RichProgress, err
+from specdec.cli.render import human_bytes
+from specdec.pipeline.draft import DraftConfig, make_draft
+
+
+def draft_table(report: dict[str, Any]) -> Table:
+    sizes, quality, plan = report["sizes"], report["quality"], report["plan"]
+    table = Table(title="draft made from the target", title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("layers kept (of the target's)", ", ".join(map(str, plan["layers"]))),
+        ("KV heads / FFN channels per layer", f"{plan['kv_heads']} / {plan['intermediate']}"),
+        ("parameters (own + shared with target)", f"{sizes['own_params'] / 1e6:.2f}M + "
+                                                  f"{(sizes['params'] - sizes['own_params']) / 1e6:.2f}M"),
+        ("bytes not shared with the target", f"{human_bytes(sizes['own_bytes'])} "
+                                             f"({report['own_share_of_target']:.1%} of the target)"),
+        ("held-out top-1 agreement", f"{quality['heldout_agreement']:.3f} "
+                                     f"(at init {report['quality_at_init']['heldout_agreement']:.3f})"),
+        ("on-policy next-token match", f"{quality['on_policy_match']:.3f}"),
+        ("expected accepted tokens, 8-token chain", f"{quality['expected_accepted']:.2f}"),
+        ("training", f"{report['steps']} steps, {report['minutes']:.1f} min"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def draft(
+    target: Annotated[str, typer.Argument(help="Target checkpoint directory (llama, mistral, qwen2, qwen3), or "
+                                               "'demo'.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Draft checkpoint directory to write.")],
+    size: float = typer.Option(None, "--size", help="Draft's share of the target's decoder-layer weights, used for "
+                                                    "what --layers/--ffn leave open (default 0.1)."),
+    layers: int = typer.Option(None, "--layers", help="Decoder layers to keep, the most important by measured KL "
+                                                      "(default: as many as --size allows)."),
+    heads: int = typer.Option(None, "--heads", help="KV heads (whole GQA groups) to keep per layer, by Taylor "
+                                                    "importance (default: all)."),
+    ffn: int = typer.Option(None, "--ffn", help="FFN channels to keep per layer, a multiple of 64 (default: those "
+                                                "holding 99% of the measured importance)."),
+    calib: options.Calib = None,
+    minutes: float = typer.Option(None, "--minutes", help="Time budget of the whole run, in minutes (default 15 "
+                                                          "unless --steps is given)."),
+    steps: int = typer.Option(None, "--steps", help="Distillation steps (with --minutes: at most this many)."),
+    samples: int = typer.Option(None, "--samples", help="Rows the target writes to distil on, sampled and as many "
+                                                        "greedy continuations (default 512)."),
+    seed: options.Seed = None,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run from its checkpoint (same "
+                                                        "options): the weights equal an uninterrupted run's."),
+    force: options.Force = False,
+) -> None:
+    """Make a draft from the target: prune it at the target's width, then distil it on the target's own text."""
+    config = options.config_from(DraftConfig, locals())
+    result = make_draft(config, progress=RichProgress())
+    err.print(draft_table(result.report))
+    err.print(f"wrote [bold]{result.path}[/] — pair it with `specdec export {target} --draft {result.path}`")

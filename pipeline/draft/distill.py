@@ -1,0 +1,265 @@
+"""Distillation of the pruned draft: KL(target || draft) on the target's own text, on CPU.
+
+Training text is always the target's own: rows it samples (temperature 1) and rows it continues
+greedily — what verification will accept is what the target itself writes (DistillSpec, Zhou et al.
+2023) — plus, with `--calib`, windows of the user's text and its greedy continuations. A share of
+every kind is held out for the report.
+
+Only the decoder layers train; the embedding, the final norm and the head stay the target's,
+bit for bit, so the bundle stores them once. Teacher logits are computed once and kept when they
+fit `LOGIT_CACHE_BYTES` (each row is seen many times), else recomputed per step.
+
+Deterministic for a seed and a thread count; a checkpoint (draft layers, optimizer, the batch
+sampler's generator, the data) every few minutes lets `--resume` finish with the same weights an
+uninterrupted run gets. A time budget fixes the step count once, from the measured step time, and
+records it in the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specdec.pipeline.progress import Progress
+
+log = logging.getLogger(__name__)
+
+LOGIT_CACHE_BYTES = 1 << 30
+HOLDOUT = 8  # 1 row in HOLDOUT of each kind is held out
+WARMUP_STEPS = 50
+
+
+@dataclass
+class Corpus:
+    train: torch.Tensor  # [N, seq + 1] token rows
+    heldout: torch.Tensor  # [M, seq + 1] sampled / user text, for top-1 agreement
+    policy: torch.Tensor  # [K, context + continuation]: the target's greedy continuations, held out
+    context: int  # tokens of `policy` rows before the target's continuation
+
+    def state(self) -> dict[str, Any]:
+        return {"train": self.train, "heldout": self.heldout, "policy": self.policy, "context": self.context}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Corpus:
+        return cls(train=state["train"], heldout=state["heldout"], policy=state["policy"],
+                   context=int(state["context"]))
+
+
+def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
+    return [rows[i:i + size] for i in range(0, len(rows), size)]
+
+
+@torch.no_grad()
+def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
+                  batch: int = 32) -> torch.Tensor:
+    """`prefix` rows followed by `length` target tokens: sampled with `generator`, greedy without one."""
+    rows = []
+    for chunk in chunks(prefix, batch):
+        out = model(input_ids=chunk, use_cache=True)
+        ids = [chunk]
+        for step in range(length):
+            logits = out.logits[:, -1].float()
+            if generator is None:
+                token = logits.argmax(-1, keepdim=True)
+            else:
+                token = torch.multinomial(torch.softmax(logits, -1), 1, generator=generator)
+            ids.append(token)
+            if step + 1 < length:
+                out = model(input_ids=token, cache=out.cache, use_cache=True)
+        rows.append(torch.cat(ids, dim=1))
+    return torch.cat(rows)
+
+
+def _split(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    held = max(1, len(rows) // HOLDOUT)
+    return rows[held:], rows[:held]
+
+
+def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int,
+                 calib: Sequence[int] | None, progress: Progress) -> Corpus:
+    generator = torch.Generator().manual_seed(seed)
+    half = seq // 2
+    with progress.task(f"target writes {samples} sampled rows", total=None):
+        if calib:
+            stream = torch.tensor(list(calib), dtype=torch.long)
+            windows = _windows(stream, seq + 1, samples, generator)
+            starts = windows[:, :half]
+            sampled = continue_rows(model, starts, seq + 1 - half, generator)
+        else:
+            windows = None
+            sampled = continue_rows(model, torch.full((samples, 1), start_token, dtype=torch.long), seq, generator)
+    with progress.task(f"target continues {samples} rows greedily", total=None):
+        greedy = continue_rows(model, sampled[:, :half], seq + 1 - half, None)
+    train_sampled, held_sampled = _split(sampled)
+    train_greedy, held_greedy = _split(greedy)
+    parts = [train_sampled, train_greedy]
+    heldout = [held_sampled]
+    if windows is not None:
+        train_text, held_text = _split(windows)
+        parts.append(train_text)
+        heldout.append(held_text)
+    return Corpus(train=torch.cat(parts), heldout=torch.cat(heldout), policy=held_greedy, context=half)
+
+
+def _windows(stream: torch.Tensor, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
+    if len(stream) <= length:
+        stream = stream.repeat(math.ceil((length + 1) / max(1, len(stream))))
+    starts = torch.randint(0, len(stream) - length, (count,), generator=generator)
+    return torch.stack([stream[s:s + length] for s in starts.tolist()])
+
+
+# ---- metrics -----------------------------------------------------------------------------------
+
+CHAIN = 8
+
+
+@torch.no_grad()
+def evaluate(target: Any, draft: Any, corpus: Corpus) -> dict[str, float]:
+    """Held-out top-1 agreement, on-policy next-token match, expected accepted tokens of an 8-token chain."""
+    inputs = corpus.heldout[:, :-1]
+    agree = [(draft(input_ids=c).logits.argmax(-1) == target(input_ids=c).logits.argmax(-1)).float()
+             for c in chunks(inputs, 16)]
+    rows = corpus.policy
+    predicted = torch.cat([draft(input_ids=c[:, :-1]).logits.argmax(-1) for c in chunks(rows, 16)])
+    hits = (predicted[:, corpus.context - 1:] == rows[:, corpus.context:]).float()
+    windows = hits.unfold(1, CHAIN, 1) if hits.shape[1] >= CHAIN else hits.unsqueeze(1)
+    accepted = windows.cumprod(dim=-1).sum(dim=-1)  # tokens an 8-token chain drafted at each position keeps
+    return {"heldout_agreement": torch.cat(agree).mean().item(), "on_policy_match": hits.mean().item(),
+            "expected_accepted": accepted.mean().item()}
+
+
+# ---- training ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int | None
+    minutes: float | None
+    batch: int
+    lr: float
+    seed: int
+    checkpoint_minutes: float
+
+
+def _kl_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
+    p_log = torch.log_softmax(teacher.float(), dim=-1)
+    q_log = torch.log_softmax(student.float(), dim=-1)
+    return (p_log.exp() * (p_log - q_log)).sum(-1).mean()
+
+
+def lr_at(step: int, total: int, peak: float) -> float:
+    warmup = min(WARMUP_STEPS, max(1, total // 10))
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def trainable(draft: Any) -> list[torch.nn.Parameter]:
+    params = []
+    for name, param in draft.named_parameters():
+        param.requires_grad_(name.startswith("model.layers."))
+        if param.requires_grad:
+            params.append(param)
+    return params
+
+
+class Teacher:
+    """The target's logits for the training rows: cached once when they fit, else per batch."""
+
+    def __init__(self, target: Any, rows: torch.Tensor, vocab: int) -> None:
+        self.target = target
+        self.rows = rows
+        self.cache: torch.Tensor | None = None
+        if rows.shape[0] * (rows.shape[1] - 1) * vocab * 2 <= LOGIT_CACHE_BYTES:
+            with torch.no_grad():
+                self.cache = torch.cat([target(input_ids=c[:, :-1]).logits.half() for c in chunks(rows, 32)])
+
+    def logits(self, index: torch.Tensor) -> torch.Tensor:
+        if self.cache is not None:
+            return self.cache[index]
+        with torch.no_grad():
+            result: torch.Tensor = self.target(input_ids=self.rows[index, :-1]).logits
+            return result
+
+
+Saver = Callable[[dict[str, Any]], None]
+
+
+def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, deadline: float | None,
+          resume: dict[str, Any] | None, save: Saver, progress: Progress) -> dict[str, Any]:
+    """Distil in place; returns {"steps", "loss"}. `deadline` (time.time()) bounds a --minutes run."""
+    params = trainable(draft)
+    optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
+    picker = torch.Generator().manual_seed(settings.seed + 1)
+    vocab = int(target.config.vocab_size)
+    teacher = Teacher(target, corpus.train, vocab)
+    step, total, losses = 0, settings.steps, []
+    if resume is not None:
+        step, total = int(resume["step"]), int(resume["total"])
+        draft.load_state_dict(resume["draft"])
+        optimizer.load_state_dict(resume["optimizer"])
+        picker.set_state(resume["picker"])
+        losses = list(resume["losses"])
+    draft.train()
+    last_save = time.time()
+
+    def state() -> dict[str, Any]:
+        return {"step": step, "total": total, "draft": draft.state_dict(), "optimizer": optimizer.state_dict(),
+                "picker": picker.get_state(), "losses": losses}
+
+    def one_step(total_steps: int) -> None:
+        nonlocal step
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, total_steps, settings.lr)
+        index = torch.randint(0, len(corpus.train), (settings.batch,), generator=picker)
+        loss = _kl_loss(draft(input_ids=corpus.train[index, :-1]).logits, teacher.logits(index))
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's stubs leave backward untyped
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(round(loss.item(), 5))
+        step += 1
+
+    if total is None:  # a time budget: measure a few steps, then fix the count for good
+        assert deadline is not None
+        probe = 3  # under the provisional count the warmup is WARMUP_STEPS long, as for any count >= 500
+        started = time.time()
+        for _ in range(probe):
+            one_step(10 * WARMUP_STEPS)
+        per_step = (time.time() - started) / probe
+        total = max(probe, int((deadline - time.time()) / per_step) + probe)
+        if settings.steps is not None:
+            total = min(total, settings.steps)
+        log.info("%.2f s a step: %d steps fit the budget", per_step, total)
+        save(state())  # the count is fixed: a resumed run follows the same schedule
+        last_save = time.time()
+    with progress.task("distilling the draft", total=total) as task:
+        task.advance(step)
+        while step < total:
+            one_step(total)
+            task.advance()
+            if settings.checkpoint_minutes > 0 and time.time() - last_save >= settings.checkpoint_minutes * 60:
+                save(state())
+                last_save = time.time()
+    draft.eval()
+    tail = losses[-20:]
+    return {"steps": step, "final_kl": sum(tail) / max(1, len(tail))}
+
+
+def threads_note() -> str:
+    return f"{torch.get_num_threads()} torch threads ({os.cpu_count()} cores)"
+
+
+def save_state(path: Path, state: dict[str, Any]) -> None:
+    """Write a checkpoint atomically: a killed write leaves the previous one."""
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)

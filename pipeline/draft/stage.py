@@ -1,0 +1,248 @@
+"""`specdec draft TARGET -o DRAFT_DIR`: a draft made from the target, for users who have none.
+
+Structured pruning at the target's width (pruning.py), then distillation on the target's own text
+(distill.py); the output is a Hugging Face checkpoint (config, safetensors in the target's dtype,
+the target's tokenizer) whose embedding, final norm and head are the target's tensors bit for bit,
+plus `draft_report.json` (report.py). `specdec export TARGET --draft DRAFT_DIR` takes it.
+
+The output is staged and renamed into place at the end; the training state is checkpointed next
+to it (`.NAME.draft-state.pt`) every few minutes and removed on success, so `--resume` continues
+an interrupted run to the same weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specdec.pipeline.draft import distill, pruning, report
+from specdec.pipeline.draft.text import read_tokens
+from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.progress import Progress, SilentProgress
+from specdec.pipeline.staging import StagedDirectory, check_output_dir
+
+log = logging.getLogger(__name__)
+
+DEMO_NAME = "demo"
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    target: str
+    output: Path
+    size: float | None = None  # share of the target's decoder-layer weights (default DEFAULT_SIZE) for what
+    # layers / ffn leave open
+    layers: int | None = None  # decoder layers kept (default: as many as `size` allows)
+    heads: int | None = None  # KV heads (GQA groups) kept per layer (default: all)
+    ffn: int | None = None  # FFN channels kept per layer, a multiple of 64 (default: measured)
+    calib: Path | None = None  # user text (plain, or JSONL with text / input_ids) to distil on as well
+    minutes: float | None = None  # training time budget (default: DEFAULT_MINUTES unless steps is given)
+    steps: int | None = None  # optimizer steps (with minutes: at most this many)
+    samples: int = 512  # rows the target writes (sampled, and as many greedy continuations)
+    seq: int = 128  # tokens per row
+    batch: int = 16
+    lr: float = 1e-3
+    seed: int = 0
+    threads: int | None = None  # torch threads (default: torch's)
+    checkpoint_minutes: float = 3.0
+    resume: bool = False
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.size is not None and self.layers is not None:
+            raise InputError(f"{setting('size')} and {setting('layers')} contradict each other",
+                             "give the draft's size either as a fraction or as a layer count")
+        checks = [
+            ("size", self.size is None or 0 < self.size <= 1, "pass a fraction such as 0.1"),
+            ("minutes", self.minutes is None or self.minutes > 0, "pass a positive number of minutes"),
+            ("steps", self.steps is None or self.steps >= 1, "pass 1 or more"),
+            ("samples", self.samples >= 8, "pass 8 or more"),
+            ("seq", self.seq >= 16, "pass 16 or more"),
+            ("batch", self.batch >= 1, "pass 1 or more"),
+            ("lr", self.lr > 0, "pass a positive learning rate"),
+            ("threads", self.threads is None or self.threads >= 1, "pass 1 or more"),
+            ("checkpoint_minutes", self.checkpoint_minutes >= 0, "pass 0 (never) or more"),
+        ]
+        for key, ok, fix in checks:
+            if not ok:
+                raise InputError(f"{setting(key)} {getattr(self, key)} is out of range", fix)
+
+    @property
+    def budget_minutes(self) -> float | None:
+        return self.minutes if self.minutes is not None or self.steps is not None else DEFAULT_MINUTES
+
+    def record(self) -> dict[str, Any]:
+        """What decides the weights (the checkpoint must have been made with the same)."""
+        keep = ("size", "layers", "heads", "ffn", "samples", "seq", "batch", "lr", "seed", "steps", "minutes")
+        return {key: getattr(self, key) for key in keep} | {"calib": str(self.calib) if self.calib else None}
+
+
+DEFAULT_MINUTES = 15.0
+DEFAULT_SIZE = 0.1
+
+
+@dataclass(frozen=True)
+class DraftResult:
+    path: Path
+    report: dict[str, Any]
+
+
+def resolve_target(spec: str) -> Path:
+    if spec == DEMO_NAME:
+        return Path(str(resources.files("specdec.pipeline.demo") / "target"))
+    path = Path(spec).expanduser()
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise InputError(f"target '{spec}' is not a Hugging Face checkpoint directory (no config.json)",
+                         "pass a directory written by `save_pretrained`, or 'demo'")
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+        raise InputError(f"target '{spec}' has a config.json but no weights", "copy the weight files into it")
+    return path
+
+
+def state_path(output: Path) -> Path:
+    return output.parent / f".{output.name}.draft-state.pt"
+
+
+def _load(path: Path, config: DraftConfig) -> tuple[Any, Any, Any]:
+    """Config, tokenizer and float32 model; unsupported architectures and bad counts fail before the weights."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        target_config = AutoConfig.from_pretrained(str(path))
+        shape = pruning.geometry(target_config)
+        pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
+    except (OSError, ValueError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise InputError(f"cannot load target '{path}': {reason}", "pass a local checkpoint directory") from exc
+    model.train(False)
+    return target_config, tokenizer, model
+
+
+def _fingerprint(target: Path, config: DraftConfig) -> str:
+    digest = hashlib.sha256(json.dumps(config.record(), sort_keys=True, default=str).encode())
+    for file in sorted(target.iterdir()):
+        if file.is_file():
+            digest.update(file.name.encode() + str(file.stat().st_size).encode())
+    return digest.hexdigest()
+
+
+def _resume_state(config: DraftConfig, fingerprint: str) -> dict[str, Any] | None:
+    import torch
+
+    path = state_path(config.output)
+    if not config.resume:
+        return None
+    if not path.is_file():
+        raise InputError(f"nothing to resume: no checkpoint at {path}", f"run without {setting('resume')}")
+    state: dict[str, Any] = torch.load(path, weights_only=False)
+    if state.get("version") != STATE_VERSION or state.get("fingerprint") != fingerprint:
+        raise InputError(f"the checkpoint {path} was made for another target or other options",
+                         f"repeat that run's options, or run without {setting('resume')}")
+    return state
+
+
+def make_draft(config: DraftConfig, progress: Progress | None = None) -> DraftResult:
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
+    try:
+        return _make_draft(config, progress)
+    finally:
+        torch.set_num_threads(threads)  # config.threads is this run's, not the process's
+        if bars:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+
+
+def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
+    import torch
+
+    progress = progress or SilentProgress()
+    started = time.time()
+    target_dir = resolve_target(config.target)
+    check_output_dir(config.output, force=config.force, sources=(target_dir,))
+    if config.calib is not None and not config.calib.is_file():
+        raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
+    fingerprint = _fingerprint(target_dir, config)
+    resume = _resume_state(config, fingerprint)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    target_config, tokenizer, target = _load(target_dir, config)
+    shape = pruning.geometry(target_config)
+    for param in target.parameters():
+        param.requires_grad_(False)
+    budget = config.budget_minutes
+    deadline = started + budget * 60 * 0.95 if budget is not None else None  # the rest: evaluation, saving
+
+    if resume is None:
+        calib = read_tokens(config.calib, tokenizer, shape.vocab) if config.calib else None
+        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id or 0
+        corpus = distill.build_corpus(target, samples=config.samples, seq=config.seq, seed=config.seed,
+                                      start_token=int(start), calib=calib, progress=progress)
+        with progress.task("measuring layer, head and channel importance"):
+            for param in target.parameters():
+                param.requires_grad_(True)
+            order = torch.randperm(len(corpus.train), generator=torch.Generator().manual_seed(config.seed))
+            importance = pruning.measure(target, distill.chunks(corpus.train[order[:16]], 4), shape)
+            for param in target.parameters():
+                param.requires_grad_(False)
+        plan = pruning.choose(importance, shape, size=config.size or DEFAULT_SIZE, layers=config.layers,
+                              heads=config.heads, ffn=config.ffn)
+        training: dict[str, Any] | None = None
+    else:
+        corpus = distill.Corpus.from_state(resume["corpus"])
+        importance = pruning.Importance(**resume["importance"])
+        plan = pruning.Plan(**resume["plan"])
+        training = resume["training"]
+    draft = pruning.build(target, plan, shape)
+    at_init = distill.evaluate(target, draft, corpus)
+    log.info("draft at init: %s", at_init)
+    base = {"version": STATE_VERSION, "fingerprint": fingerprint, "corpus": corpus.state(),
+            "importance": dataclasses.asdict(importance), "plan": dataclasses.asdict(plan)}
+
+    def save(training_state: dict[str, Any]) -> None:
+        distill.save_state(state_path(config.output), base | {"training": training_state})
+
+    settings = distill.TrainSettings(steps=config.steps, minutes=config.minutes, batch=config.batch, lr=config.lr,
+                                     seed=config.seed, checkpoint_minutes=config.checkpoint_minutes)
+    trained = distill.train(target, draft, corpus, settings, deadline=deadline, resume=training, save=save,
+                            progress=progress)
+    quality = distill.evaluate(target, draft, corpus)
+    dtype = getattr(target_config, "dtype", None) or torch.float32
+    saved = draft.to(getattr(torch, str(dtype).removeprefix("torch.")) if not isinstance(dtype, torch.dtype)
+                     else dtype)
+    reference = target.to(saved.dtype)  # the target as its checkpoint stores it
+    figures = report.sizes(reference, saved)
+    result = {
+        "target": str(target_dir), "config": config.record(),
+        "plan": {"layers": list(plan.layers), "kv_heads": plan.kv_heads, "intermediate": plan.intermediate,
+                 "groups": [list(g) for g in plan.groups]},
+        "importance": {"layer_kl": [round(v, 5) for v in importance.layer_kl]},
+        "sizes": figures, "own_share_of_target": figures["own_bytes"] / figures["target_bytes"],
+        "quality": quality, "quality_at_init": at_init, "steps": trained["steps"], "final_kl": trained["final_kl"],
+        "threads": distill.threads_note(), "minutes": (time.time() - started) / 60,
+    }
+    with StagedDirectory(config.output, force=config.force, sources=(target_dir,)) as staged:
+        saved.save_pretrained(str(staged.dir))
+        tokenizer.save_pretrained(str(staged.dir))
+        if (target_dir / "generation_config.json").is_file():
+            shutil.copy(target_dir / "generation_config.json", staged.dir / "generation_config.json")
+        result["files"] = [*sorted(p.name for p in staged.dir.iterdir()), report.REPORT_NAME]
+        report.write(staged.dir, result)
+        path = staged.commit()
+    state_path(config.output).unlink(missing_ok=True)
+    return DraftResult(path=path, report=result)

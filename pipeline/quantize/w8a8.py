@@ -1,0 +1,51 @@
+"""The w8a8 weight format of `specdec quantize`: every linear layer to per-channel int8 weights
+multiplied by per-row uint8 activations (standard MatMulInteger, `pipeline/int8_matmul.py`).
+
+No calibration: the weights are rounded to nearest per output column and the activation scales
+are computed from each row at run time. `--keep-float` patterns stay float as in the nbits format;
+the head and first block settings (`--head-bits`, `--first-block-bits`) are the nbits format's
+mixed precision and do not apply (every layer here is already 8-bit).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from specdec.pipeline import int8_matmul
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.graph_query import Layer, load_weight
+from specdec.pipeline.progress import Progress
+from specdec.pipeline.quantize.config import QuantizeConfig
+from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
+from specdec.pipeline.records.manifest import GraphQuantization, LayerQuantization
+
+
+def quantize_graph(model: onnx.ModelProto, role: str, layers: list[Layer], config: QuantizeConfig,
+                   progress: Progress) -> GraphQuantization:
+    """Rewrite `layers` of `model` in place into w8a8 and return the graph's record."""
+    records: dict[str, LayerQuantization] = {}
+    rewrites: list[Rewrite] = []
+    with progress.task(f"{role}: w8a8 rtn on {len(layers)} layers", total=len(layers)) as task:
+        for layer in layers:
+            if config.bits_for(role, layer.name) is None:
+                records[layer.name] = LayerQuantization(bits="float", reason="--keep-float")
+                task.advance()
+                continue
+            if np.dtype(layer.dtype) != np.float32:
+                # int32 sums past 65504 overflow a float16 rescale; the format keeps float32 activations
+                raise InputError(f"{role} layer {layer.name} computes in {np.dtype(layer.dtype).name}; the w8a8 "
+                                 "format needs a float32 graph", "export the bundle in float32, or use --format nbits")
+            weight = load_weight(model, layer)
+            columns = int8_matmul.quantize_columns(weight, config.w8a8_weight_bits)
+            norm = float(np.linalg.norm(weight.astype(np.float64)))
+            error = float(np.linalg.norm(columns.dequantized() - weight)) / norm if norm else 0.0
+            records[layer.name] = LayerQuantization(bits=8, method="rtn", weight_rel_error=error)
+            rewrites.append(Rewrite(layer, columns, None, 0))
+            task.advance()
+    apply_rewrites(model, rewrites)
+    return GraphQuantization(
+        method="rtn", group_size="channel", symmetric=True, accuracy_level=0, embeddings={},
+        summary={"int4": 0, "int8": len(rewrites), "float": len(layers) - len(rewrites)}, layers=records,
+        weight_bits=config.w8a8_weight_bits,
+    )

@@ -1,0 +1,109 @@
+"""`make_draft` end to end on a tiny target: a loadable checkpoint sharing the target's tensors, a
+report, resume equal to an uninterrupted run, and a pair `specdec export` accepts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from specdec.pipeline.draft import DraftConfig, make_draft
+from specdec.pipeline.draft.stage import state_path
+from specdec.pipeline.errors import InputError
+
+# one thread: the same numbers whatever the load, and far faster on a busy machine; a checkpoint every step
+SMALL = {"samples": 16, "seq": 32, "batch": 4, "threads": 1, "checkpoint_minutes": 1e-9}
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from support.tiny_models import make_model, make_tokenizer, save
+
+    tokenizer = make_tokenizer()
+    return save(make_model("llama", len(tokenizer), layers=4, hidden=64, seed=5), tokenizer,
+                tmp_path_factory.mktemp("draft-target") / "target")
+
+
+@pytest.fixture(scope="module")
+def made(target: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("made") / "draft"
+    make_draft(DraftConfig(target=str(target), output=out, layers=2, heads=1, steps=6, **SMALL))  # type: ignore[arg-type]
+    return out
+
+
+def test_draft_is_a_checkpoint_sharing_the_target_tensors(target: Path, made: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(str(made))
+    assert (model.config.num_hidden_layers, model.config.num_key_value_heads) == (2, 1)
+    ours, theirs = load_file(str(made / "model.safetensors")), load_file(str(target / "model.safetensors"))
+    for name in ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"):
+        assert torch.equal(ours[name], theirs[name]), name
+    report = json.loads((made / "draft_report.json").read_text())
+    assert report["schema"] == "specdec.draft/1" and report["steps"] == 6
+    sizes = report["sizes"]
+    assert sizes["shared_bytes"] == sum(theirs[n].numel() * 4 for n in ("model.embed_tokens.weight",
+                                                                         "model.norm.weight", "lm_head.weight"))
+    assert 0 < sizes["own_bytes"] < sizes["target_bytes"]
+    assert 0 <= report["quality"]["heldout_agreement"] <= 1 and report["quality"]["expected_accepted"] >= 0
+    assert set(report["files"]) == {p.name for p in made.iterdir()}
+    assert not state_path(made).exists()  # the checkpoint goes once the draft is written
+
+
+class _Interrupt:
+    """A Progress whose distillation task raises KeyboardInterrupt after `at` steps."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    @contextmanager
+    def task(self, description: str, total: int | None = None) -> Iterator[Any]:
+        at = self.at if description.startswith("distilling") else None
+
+        class Task:
+            done = 0
+
+            def advance(self, steps: int = 1) -> None:
+                self.done += steps
+                if at is not None and self.done > at:
+                    raise KeyboardInterrupt
+
+            def describe(self, description: str) -> None:
+                return None
+
+        yield Task()
+
+
+def test_resume_gives_the_weights_of_an_uninterrupted_run(target: Path, tmp_path: Path) -> None:
+    whole = make_draft(DraftConfig(target=str(target), output=tmp_path / "whole", layers=2, steps=8, **SMALL))  # type: ignore[arg-type]
+    config = DraftConfig(target=str(target), output=tmp_path / "parts", layers=2, steps=8, **SMALL)  # type: ignore[arg-type]
+    with pytest.raises(KeyboardInterrupt):
+        make_draft(config, progress=_Interrupt(at=3))
+    assert state_path(config.output).is_file() and not config.output.exists()
+    resumed = make_draft(DraftConfig(**{**config.__dict__, "resume": True}))
+    ours, theirs = load_file(str(resumed.path / "model.safetensors")), load_file(str(whole.path / "model.safetensors"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert resumed.report["steps"] == 8
+
+
+def test_resume_refuses_a_checkpoint_of_other_options(target: Path, tmp_path: Path) -> None:
+    config = DraftConfig(target=str(target), output=tmp_path / "d", layers=2, steps=8, **SMALL)  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="nothing to resume"):
+        make_draft(DraftConfig(**{**config.__dict__, "resume": True}))
+    with pytest.raises(KeyboardInterrupt):
+        make_draft(config, progress=_Interrupt(at=1))
+    with pytest.raises(InputError, match="another target or other options"):
+        make_draft(DraftConfig(**{**config.__dict__, "resume": True, "lr": 0.5}))
+
+
+@pytest.mark.slow
+def test_export_accepts_the_draft(target: Path, made: Path, tmp_path: Path) -> None:
+    from specdec.pipeline.export import ExportConfig, export_bundle
+
+    bundle = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "bundle"))
+    assert bundle.manifest.graphs["draft"].num_layers == 2 and bundle.manifest.graphs["draft"].num_kv_heads == 1
