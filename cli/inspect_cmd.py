@@ -40,7 +40,7 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
         line = (f"shared by target and draft: {human_bytes(shared['bytes'])} in {shared['tensors']} tensors "
                 f"({shared['file']})")
         rewritten = [stage for stage in bundle.stages() if stage != "export"]
-        out.print(line + (", stored once" if not rewritten else
+        out.print(line + (", stored once" if shared["file"] in bundle.manifest.files else
                           f"; {', '.join(rewritten)} rewrote the graphs, each with its own copy"))
     for role, g in summary["graphs"].items():
         io = Table(title=f"{role} inputs / outputs", title_justify="left")

@@ -22,7 +22,7 @@ from typing import Any
 
 from specdec import __version__
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graph_io import sha256_file
+from specdec.pipeline.graph_io import SHARED_DATA, external_bytes, sha256_file
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -123,6 +123,16 @@ class BundleWriter(StagedDirectory):
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(bundle.path / rel, target)
 
+    def _drop_unreferenced_shared_data(self) -> None:
+        """A stage that rewrote every graph with its weights inline copied the pair's shared tensor file
+        along with the other files; nothing references it any more, so it is not carried on."""
+        shared = self.dir / SHARED_DATA
+        if not shared.is_file():
+            return
+        if not any(external_bytes(graph, SHARED_DATA) for graph in self.dir.rglob("*.onnx")):
+            shared.unlink()
+            log.info("%s: no graph references %s any more; not kept", self.out, SHARED_DATA)
+
     def finish(
         self,
         manifest: Manifest,
@@ -132,6 +142,7 @@ class BundleWriter(StagedDirectory):
         inputs: dict[str, str],
     ) -> Bundle:
         """Hash every file, append the lineage entry, write the manifest and move into place."""
+        self._drop_unreferenced_shared_data()
         files: dict[str, FileEntry] = {}
         for file in sorted(p for p in self.dir.rglob("*") if p.is_file()):
             rel = file.relative_to(self.dir).as_posix()

@@ -42,6 +42,16 @@ def load_graph(path: Path, *, weights: bool = True) -> onnx.ModelProto:
     return onnx.load(str(path), load_external_data=weights)
 
 
+def external_bytes(path: Path, location: str) -> int:
+    """Bytes of the graph's initializers stored in the external-data file `location` (structure only)."""
+    total = 0
+    for tensor in load_graph(path, weights=False).graph.initializer:
+        fields = {entry.key: entry.value for entry in tensor.external_data}
+        if fields.get("location") == location:
+            total += int(fields.get("length", 0))
+    return total
+
+
 def proto_size(model: onnx.ModelProto) -> int:
     """The model's serialised size, summed per tensor, node and function: protobuf cannot measure or
     write one message past 2 GiB (`ByteSize()` itself raises EncodeError there), so the whole model

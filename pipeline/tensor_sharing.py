@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.pipeline.graph_io import SHARED_DATA, load_graph
+from specdec.pipeline.graph_io import SHARED_DATA, load_graph, save_graph
 
 ALIGNMENT = 4096
 SIZE_THRESHOLD = 1024  # shapes and scalars stay inline
@@ -45,7 +45,6 @@ def _key(tensor: object) -> bytes | None:
 
 def share_identical(directory: Path, files: Sequence[str]) -> Sharing:
     """Rewrite the graphs `files` in `directory` so that tensors they have in common live in SHARED_DATA."""
-    import onnx
     from onnx.external_data_helper import set_external_data
 
     models = {name: load_graph(directory / name) for name in files}
@@ -77,6 +76,9 @@ def share_identical(directory: Path, files: Sequence[str]) -> Sharing:
                 set_external_data(tensor, SHARED_DATA, offset=where[key][0], length=where[key][1])
                 tensor.ClearField("raw_data")
     for name, model in models.items():
-        onnx.save(model, str(directory / name))
+        # the weights are all in memory now: the graph's own data file is written anew (large graphs)
+        # or not at all (a graph back under the external-data threshold must not leave a stale one)
+        (directory / f"{name}.data").unlink(missing_ok=True)
+        save_graph(model, directory / name)
     return Sharing(file=SHARED_DATA, tensors=len(where), bytes=sum(length for _, length in where.values()),
                    saved_bytes=saved)

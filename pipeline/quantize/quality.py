@@ -18,6 +18,7 @@ import numpy as np
 
 from specdec.pipeline.bundle import GraphSpec
 from specdec.pipeline.errors import ValidationError, setting
+from specdec.pipeline.graph_io import SHARED_DATA, external_bytes
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.quantize.calibration import CalibrationData, graph_info, prefill
 from specdec.pipeline.runtime.graph import Graph
@@ -26,8 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def graph_bytes(root: Path, spec: GraphSpec) -> int:
-    """The graph file plus its external-data side file, if any."""
-    return sum(path.stat().st_size for path in (root / spec.file, root / f"{spec.file}.data") if path.is_file())
+    """The graph file, its external-data side file, and its tensors in the pair's shared file, if any."""
+    own = sum(path.stat().st_size for path in (root / spec.file, root / f"{spec.file}.data") if path.is_file())
+    shared = external_bytes(root / spec.file, SHARED_DATA) if (root / SHARED_DATA).is_file() else 0
+    return own + shared
 
 
 def _log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -215,9 +215,9 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         raise InputError(f"bundle '{source.path}' has no {' or '.join(missing)} graph to quantize",
                          f"pass {setting('graphs')} {','.join(manifest.graphs)} (or leave it out: every graph)")
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
-        quantize_graph, format_name, domain = FORMATS[config.format]
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
+        quantize_graph, format_name, domain = FORMATS[config.format]
         plans = {role: plan_graph(find_layers(load_graph(source.graph_path(role), weights=False)), role, config)
                  for role in roles}
         if config.format is WeightFormat.nbits:  # w8a8 is per channel: any width

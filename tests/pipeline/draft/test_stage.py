@@ -129,3 +129,15 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
 
     shown = CliRunner().invoke(app, ["inspect", str(bundle.path)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "shared by target and draft" in shown.output and "stored once" in shown.output
+    # surgery edits the structure only, so the graphs still read the one shared file; quantize writes
+    # them with their weights inline, and the shared file, referenced by nothing, is not carried on
+    from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+    from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+    surgered = surgery_bundle(SurgeryConfig(output=tmp_path / "surgered"), Bundle.load(bundle.path))
+    assert SHARED_DATA in surgered.manifest.files
+    quantized = quantize_bundle(QuantizeConfig(output=tmp_path / "quantized", method="rtn", calib_samples=2,
+                                               calib_seq_len=16, eval_prompts=1, eval_new_tokens=4), surgered)
+    assert SHARED_DATA not in quantized.manifest.files and not (quantized.path / SHARED_DATA).exists()
+    shown = CliRunner().invoke(app, ["inspect", str(quantized.path)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "each with its own copy" in shown.output

@@ -88,7 +88,7 @@ def test_prompts_file_errors(tmp_path: Path) -> None:
         load_prompts(tmp_path / "none.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": 1, "text": "ok"}\n{"id": 2}\n')
-    with pytest.raises(InputError, match=r"bad.jsonl:2 has neither 'text' nor 'input_ids'"):
+    with pytest.raises(InputError, match=r"bad.jsonl:2 has none of 'text', 'input_ids' or 'messages'"):
         load_prompts(bad)
     bad.write_text("not json\n")
     with pytest.raises(InputError, match="bad.jsonl:1 is not valid JSON"):
