@@ -117,9 +117,10 @@ def generate(
             note(f"stopped: the bundle's context of {generator.engine.max_context} tokens is full")
     else:
         records = []
+        # every prompt is checked before the progress line starts: bad input stays one line
+        replies = generator.run_all(items, config, truncate=truncate, chat=request.chat, controller=controller)
         with staged, RichProgress(stage="generate").task("generating", total=len(items)) as task:
-            for record in generator.run_all(items, config, truncate=truncate, chat=request.chat,
-                                             controller=controller):
+            for record in replies:
                 staged.write(json.dumps(record) + "\n")
                 records.append(record)
                 rows.append((record["id"], record["stats"]))

@@ -99,7 +99,13 @@ class Generator:
 
     def run_all(self, items: list[PromptItem], config: DecodeConfig, *, truncate: bool = False, chat: bool = False,
                 controller: RoundController | None = None) -> Iterator[dict[str, Any]]:
-        for item, ids in zip(items, self.prepare(items, config, truncate, chat), strict=True):
+        """Replies one by one; every prompt is checked now, before the first is decoded."""
+        prepared = self.prepare(items, config, truncate, chat)
+        return self._replies(items, prepared, config, controller)
+
+    def _replies(self, items: list[PromptItem], prepared: list[list[int]], config: DecodeConfig,
+                 controller: RoundController | None) -> Iterator[dict[str, Any]]:
+        for item, ids in zip(items, prepared, strict=True):
             reply, text = self.run(ids, config, controller=controller)
             yield {"id": item.id, "input_ids": reply.prompt_ids, "output_ids": reply.output_ids, "text": text,
                    "stats": reply.as_dict()}

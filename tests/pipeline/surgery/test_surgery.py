@@ -104,11 +104,14 @@ def test_newer_schema_is_refused(bundle_factory, tmp_path: Path) -> None:  # typ
 def test_survives_onnxsim_and_ort_format(surgered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import onnxsim
 
+    from specdec.pipeline.graph_io import external_files
+
     _, bundle = surgered
     original = ort.InferenceSession(str(bundle.path / "target.onnx"))
     simplified, ok = onnxsim.simplify(onnx.load(str(bundle.path / "target.onnx")))
     assert ok and "BlockSparseVerify" in {f.name for f in simplified.functions}
-    shutil.copy(bundle.path / "target.onnx", tmp_path / "target.onnx")
+    for name in ("target.onnx", *external_files(bundle.path / "target.onnx")):  # shared.data: the pair's tensors
+        shutil.copy(bundle.path / name, tmp_path / name)
     subprocess.run([sys.executable, "-m", "onnxruntime.tools.convert_onnx_models_to_ort", str(tmp_path),
                     "--optimization_style", "Fixed"], check=True, capture_output=True)
     sessions = [ort.InferenceSession(simplified.SerializeToString()),
