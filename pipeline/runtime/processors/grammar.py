@@ -1,8 +1,8 @@
 """Structured output: replies that follow a JSON schema or match a regular expression.
 
 llguidance (Rust, with manylinux aarch64 wheels, so the portable device runtime ships it) computes
-the token mask of a grammar state; among llguidance, xgrammar and outlines-core it had the lowest
-per-token mask cost measured on this CPU, and it reads the bundle's tokenizer.json itself. One
+the token mask of a grammar state in microseconds and reads the bundle's tokenizer.json itself (no
+tokenizers or transformers on the phone); xgrammar and outlines-core were not measured beside it. One
 matcher follows the committed reply; a tree node's mask is computed by consuming the node's path,
 reading the mask and rolling back, so every node is constrained by its own prefix. Once the
 grammar is complete only end-of-sequence is allowed, so a reply that ends is valid by construction.
