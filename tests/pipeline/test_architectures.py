@@ -21,6 +21,7 @@ import onnx
 import pytest
 import torch
 from support.tiny_models import NEW_ARCHS
+from support.trees import random_tree
 from transformers import AutoModelForCausalLM
 
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
@@ -157,14 +158,8 @@ def test_windowed_layers_hold_about_their_window(built, tmp_path: Path) -> None:
     both(prompt, np.arange(120), causal(120), list(range(120)))
     assert fused.length == 120 and windowed.base > 0
     for size in (7, 7, 7, 100):  # the last round is larger than the buffer was sized for: it grows
-        parents = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, size)])
-        depths = np.zeros(size, np.int64)
-        for node in range(1, size):
-            depths[node] = depths[parents[node]] + 1
-        path = [size - 1]
-        while parents[path[-1]] >= 0:
-            path.append(int(parents[path[-1]]))
-        both(rng.integers(1, vocab, size), fused.length + depths, ancestor_matrix(parents), path[::-1])
+        parents, depths, path = random_tree(rng, size)
+        both(rng.integers(1, vocab, size), fused.length + depths, ancestor_matrix(parents), path)
     assert 96 < windowed.capacity < 256 and windowed.buffers[0].shape[2] == windowed.capacity
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.trees import random_tree
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
@@ -81,14 +82,8 @@ def test_rows_equal_the_masked_dynamic_graph_across_the_window_edge(windowed: Bu
     both(rng.integers(1, vocab, 30), np.arange(30), causal(30), list(range(30)))  # longer than the window
     while fused.length < 2 * CONTEXT:
         size = int(rng.integers(1, 9))
-        parents = np.array([-1] + [int(rng.integers(0, i)) for i in range(1, size)])
-        depths = np.zeros(size, np.int64)
-        for node in range(1, size):
-            depths[node] = depths[parents[node]] + 1
-        path = [size - 1]
-        while parents[path[-1]] >= 0:
-            path.append(int(parents[path[-1]]))
-        both(rng.integers(1, vocab, size), fused.length + depths, ancestor_matrix(parents), path[::-1])
+        parents, depths, path = random_tree(rng, size)
+        both(rng.integers(1, vocab, size), fused.length + depths, ancestor_matrix(parents), path)
     group = fused.groups[0]
     assert group.base > SINKS and group.live_rows(fused.length) <= SINKS + 2 * WINDOW + ROUND_ROWS
 
