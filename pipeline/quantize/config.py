@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from specdec.pipeline.errors import InputError, setting
 
@@ -52,14 +52,21 @@ class WeightFormat(str, enum.Enum):
     w8a8 = "w8a8"
 
 
-def parse_format(value: WeightFormat | str) -> WeightFormat:
-    if isinstance(value, WeightFormat):
+Choice = TypeVar("Choice", bound=enum.Enum)
+
+
+def _parse_choice(kind: type[Choice], value: Choice | str, what: str, key: str) -> Choice:
+    if isinstance(value, kind):
         return value
     try:
-        return WeightFormat(str(value).lower())
+        return kind(str(value).lower())
     except ValueError:
-        raise InputError(f"unknown weight format '{value}' for {setting('format')}",
-                         f"use one of: {', '.join(f.value for f in WeightFormat)}") from None
+        raise InputError(f"unknown {what} '{value}' for {setting(key)}",
+                         f"use one of: {', '.join(choice.value for choice in kind)}") from None
+
+
+def parse_format(value: WeightFormat | str) -> WeightFormat:
+    return _parse_choice(WeightFormat, value, "weight format", "format")
 
 
 # The methods a format implements when --method is left out, and the ones it accepts.
@@ -77,13 +84,7 @@ class Method(str, enum.Enum):
 
 
 def parse_method(value: Method | str, key: str = "method") -> Method:
-    if isinstance(value, Method):
-        return value
-    try:
-        return Method(str(value).lower())
-    except ValueError:
-        raise InputError(f"unknown quantization method '{value}' for {setting(key)}",
-                         f"use one of: {', '.join(m.value for m in Method)}") from None
+    return _parse_choice(Method, value, "quantization method", key)
 
 
 @dataclass(frozen=True)
