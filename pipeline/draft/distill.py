@@ -48,14 +48,18 @@ class Corpus:
     heldout: torch.Tensor  # [M, seq + 1] sampled / user text, for top-1 agreement
     policy: torch.Tensor  # [K, context + continuation]: the target's greedy continuations, held out
     context: int  # tokens of `policy` rows before the target's continuation
+    # the target's logits (float16) over the first rows of `train`, kept from generating them: the
+    # teacher then computes only the rest (the user's text) — a full target pass saved
+    teacher: torch.Tensor | None = None
 
     def state(self) -> dict[str, Any]:
-        return {"train": self.train, "heldout": self.heldout, "policy": self.policy, "context": self.context}
+        return {"train": self.train, "heldout": self.heldout, "policy": self.policy, "context": self.context,
+                "teacher": self.teacher}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Corpus:
         return cls(train=state["train"], heldout=state["heldout"], policy=state["policy"],
-                   context=int(state["context"]))
+                   context=int(state["context"]), teacher=state.get("teacher"))
 
 
 def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -66,10 +70,19 @@ def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
 def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
                   batch: int = 64) -> torch.Tensor:
     """`prefix` rows followed by `length` target tokens: sampled with `generator`, greedy without one."""
-    rows = []
+    return continue_rows_logits(model, prefix, length, generator, batch, keep=False)[0]
+
+
+@torch.no_grad()
+def continue_rows_logits(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
+                         batch: int = 64, keep: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`continue_rows`, and with `keep` the target's logits (float16) over each row but its last
+    token: what a teacher-forced pass over the row computes, here at no extra cost."""
+    rows, kept = [], []
     for chunk in chunks(prefix, batch):
         out = model(input_ids=chunk, use_cache=True)
         ids = [chunk]
+        seen = [out.logits.half()] if keep else []
         for step in range(length):
             logits = out.logits[:, -1].float()
             if generator is None:
@@ -79,8 +92,12 @@ def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torc
             ids.append(token)
             if step + 1 < length:
                 out = model(input_ids=token, cache=out.cache, use_cache=True)
+                if keep:
+                    seen.append(out.logits.half())
         rows.append(torch.cat(ids, dim=1))
-    return torch.cat(rows)
+        if keep:
+            kept.append(torch.cat(seen, dim=1))
+    return torch.cat(rows), (torch.cat(kept) if keep else None)
 
 
 def _split(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,7 +105,7 @@ def _split(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows[held:], rows[:held]
 
 
-def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int,
+def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int, vocab: int,
                  calib: Sequence[int] | None, progress: Progress, deadline: float | None = None) -> Corpus:
     """`samples` sampled rows and as many greedy continuations, made GENERATION_BATCH rows at a time
     (each chunk's sampled rows, then their greedy continuations, so a corpus cut short by `deadline`
@@ -98,6 +115,8 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
     windows = _windows(torch.tensor(list(calib), dtype=torch.long), seq + 1, samples, generator) if calib else None
     sampled_parts: list[torch.Tensor] = []
     greedy_parts: list[torch.Tensor] = []
+    keep = 2 * samples * seq * vocab * 2 <= LOGIT_CACHE_BYTES  # the teacher caches them likewise
+    logits: dict[str, list[torch.Tensor]] = {"sampled": [], "greedy": []}
     with progress.task(f"target writes up to {samples} sampled rows and their greedy continuations",
                        total=samples) as task:
         for begin in range(0, samples, GENERATION_BATCH):
@@ -106,23 +125,31 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
                 break
             count = min(GENERATION_BATCH, samples - begin)
             if windows is not None:
-                sampled = continue_rows(model, windows[begin:begin + count, :half], seq + 1 - half, generator)
+                sampled, seen = continue_rows_logits(model, windows[begin:begin + count, :half], seq + 1 - half,
+                                                     generator, keep=keep)
             else:
-                sampled = continue_rows(model, torch.full((count, 1), start_token, dtype=torch.long), seq,
-                                        generator)
+                sampled, seen = continue_rows_logits(model, torch.full((count, 1), start_token, dtype=torch.long),
+                                                     seq, generator, keep=keep)
+            greedy, seen_greedy = continue_rows_logits(model, sampled[:, :half], seq + 1 - half, None, keep=keep)
             sampled_parts.append(sampled)
-            greedy_parts.append(continue_rows(model, sampled[:, :half], seq + 1 - half, None))
+            greedy_parts.append(greedy)
+            if seen is not None and seen_greedy is not None:
+                logits["sampled"].append(seen)
+                logits["greedy"].append(seen_greedy)
             task.advance(count)
     sampled, greedy = torch.cat(sampled_parts), torch.cat(greedy_parts)
     train_sampled, held_sampled = _split(sampled)
     train_greedy, held_greedy = _split(greedy)
     parts = [train_sampled, train_greedy]
+    teacher = (torch.cat([_split(torch.cat(logits[kind]))[0] for kind in ("sampled", "greedy")])
+               if keep else None)
     heldout = [held_sampled]
     if windows is not None:
         train_text, held_text = _split(windows[:len(sampled)])
         parts.append(train_text)
         heldout.append(held_text)
-    return Corpus(train=torch.cat(parts), heldout=torch.cat(heldout), policy=held_greedy, context=half)
+    return Corpus(train=torch.cat(parts), heldout=torch.cat(heldout), policy=held_greedy, context=half,
+                  teacher=teacher)
 
 
 def _windows(stream: torch.Tensor, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
@@ -195,13 +222,16 @@ def trainable(draft: Any) -> list[torch.nn.Parameter]:
 class Teacher:
     """The target's logits for the training rows: cached once when they fit, else per batch."""
 
-    def __init__(self, target: Any, rows: torch.Tensor, vocab: int) -> None:
+    def __init__(self, target: Any, rows: torch.Tensor, vocab: int, known: torch.Tensor | None = None) -> None:
+        """`known`: the logits of the first rows, kept from generating them."""
         self.target = target
         self.rows = rows
         self.cache: torch.Tensor | None = None
         if rows.shape[0] * (rows.shape[1] - 1) * vocab * 2 <= LOGIT_CACHE_BYTES:
+            done = 0 if known is None else len(known)
             with torch.no_grad():
-                self.cache = torch.cat([target(input_ids=c[:, :-1]).logits.half() for c in chunks(rows, 32)])
+                rest = [target(input_ids=c[:, :-1]).logits.half() for c in chunks(rows[done:], 32)]
+            self.cache = torch.cat(([known] if known is not None else []) + rest)
 
     def logits(self, index: torch.Tensor) -> torch.Tensor:
         if self.cache is not None:
@@ -221,7 +251,7 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
     picker = torch.Generator().manual_seed(settings.seed + 1)
     vocab = int(target.config.vocab_size)
-    teacher = Teacher(target, corpus.train, vocab)
+    teacher = Teacher(target, corpus.train, vocab, corpus.teacher)
     step, total, losses = 0, settings.steps, []
     if resume is not None:
         step, total = int(resume["step"]), int(resume["total"])

@@ -201,7 +201,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         calib = read_tokens(config.calib, tokenizer, shape.vocab) if config.calib else None
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id or 0
         corpus = distill.build_corpus(target, samples=config.samples, seq=config.seq, seed=config.seed,
-                                      start_token=int(start), calib=calib, progress=progress,
+                                      start_token=int(start), vocab=shape.vocab, calib=calib, progress=progress,
                                       deadline=corpus_deadline)
         phases["corpus_s"] = time.time() - started
         with progress.task("measuring layer, head and channel importance"):
