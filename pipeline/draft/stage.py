@@ -93,7 +93,9 @@ DEFAULT_MINUTES = 15.0
 DEFAULT_SIZE = 0.1
 CORPUS_SHARE = 0.4  # of the budget, at most, for the target's text (generation is its costliest phase)
 END_MARGIN = 0.05  # of the budget, kept for saving the draft
-IMPORTANCE_ROWS = 4
+# 8, not fewer: on the realistic target 4 rows put the 99 % FFN-mass cut at 640 channels instead of
+# the 704 that compute (held-out agreement 0.846 instead of 0.986) and saved 1 of 7.4 minutes
+IMPORTANCE_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,8 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
             # IMPORTANCE_ROWS rows of 64 tokens: the layer sweep costs about half a target forward per
             # layer over them
             order = torch.randperm(len(corpus.train), generator=torch.Generator().manual_seed(config.seed))
-            importance = pruning.measure(target, [corpus.train[order[:IMPORTANCE_ROWS], :65]], shape)
+            importance = pruning.measure(target, distill.chunks(corpus.train[order[:IMPORTANCE_ROWS], :65], 4),
+                                         shape)
             for param in target.parameters():
                 param.requires_grad_(False)
         plan = pruning.choose(importance, shape, size=config.size or DEFAULT_SIZE, layers=config.layers,
