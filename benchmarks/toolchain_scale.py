@@ -124,9 +124,9 @@ def specdec_command(stage: str, source: Path, out: Path, extra: list[str]) -> li
         prompts = out.with_name("tune-prompts.jsonl")
         from specdec.pipeline.prompts import default_prompts_file
 
-        source = default_prompts_file()
-        assert source is not None, "the demo prompts ship with specdec"
-        lines = source.read_text().splitlines()[:TUNE_PROMPTS]
+        shipped = default_prompts_file()
+        assert shipped is not None, "the demo prompts ship with specdec"
+        lines = shipped.read_text().splitlines()[:TUNE_PROMPTS]
         prompts.write_text("\n".join(lines) + "\n")
         extra = [*extra, "--calib", str(prompts)]
     return [*specdec, command, str(source), "-o", str(out), "--force", *extra]
@@ -151,6 +151,9 @@ def measure(size: str, stages: list[str], work: Path, extra: dict[str, list[str]
                                                root / f"{stage}.log")
         tail = (root / f"{stage}.log").read_text().strip().splitlines()[-1:] if code else []
         results.append(Measured(size, stage, seconds, cpu, rss, code, tail[0][:120] if tail else ""))
+        # each row as it is measured: a long run stopped part way keeps what it measured
+        print(f"measured: {json.dumps(results[-1].__dict__)}", file=sys.stderr, flush=True)
+        (root / "measured.json").write_text(json.dumps([r.__dict__ for r in results], indent=1))
     return results
 
 
