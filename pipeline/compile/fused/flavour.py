@@ -25,7 +25,7 @@ from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import describe_io, load_graph, save_graph
-from specdec.pipeline.passes import BY_ROLE
+from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.kv_policy import KVDtype
 from specdec.pipeline.records.manifest import BucketTable, FusedGraph, GraphFlavour, OutputFormat
@@ -52,12 +52,7 @@ def _build(weights: Any, role: str, custom: Any, positions: int,
     """The fused graph of `role` with the op surgery put after the logits, after the new logits."""
     model = build_decoder(weights, max_positions=positions, kv_scales=kv_scales, half_kv=half_kv)
     if custom is not None:
-        rule = BY_ROLE[role]
-        reason = rule.check(model)
-        if reason is not None:
-            raise BundleError(f"cannot re-insert {custom.op} into the fused {role} graph: {reason}",
-                              "report this with SPECDEC_DEBUG=1 output")
-        rule.apply(model, **custom.attributes)
+        reinsert(model, role, custom.op, custom.attributes, f"the fused {role} graph")
     return model
 
 

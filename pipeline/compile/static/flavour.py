@@ -39,7 +39,7 @@ from specdec.pipeline.compile.static.shared_weights import SharedWeights
 from specdec.pipeline.compile.static.validate import BucketValidator
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import describe_io, load_graph
-from specdec.pipeline.passes import BY_ROLE
+from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, GraphFlavour, OutputFormat
 from specdec.pipeline.runtime.manifest import read_bundle
@@ -67,12 +67,7 @@ def _variant(source: Path, role: str, q: int, capacity: int, spec: GraphSpec, cu
     model = ort_optimize(model, scratch)
     record = custom.graphs.get(role) if custom is not None else None
     if record is not None:  # re-insert the custom op the source bundle had
-        rule = BY_ROLE[role]
-        reason = rule.check(model)
-        if reason is not None:
-            raise BundleError(f"cannot re-insert {record.op} into the {role} q={q} variant: {reason}",
-                              "report this with SPECDEC_DEBUG=1 output")
-        rule.apply(model, **record.attributes)
+        reinsert(model, role, record.op, record.attributes, f"the {role} q={q} variant")
     left = dynamic_dims(model)
     if left:
         raise BundleError(f"{role} q={q} variant still has dynamic dims in {left}", "report this bug")
