@@ -52,6 +52,12 @@ def quantize(
     calib_samples: int = typer.Option(128, "--calib-samples", help="Calibration windows."),
     calib_seq_len: int = typer.Option(128, "--calib-seq-len", help="Tokens per calibration window."),
     eval_file: Path = typer.Option(None, "--eval", help="Text for perplexity (default: held-out calibration slice)."),
+    eval_prompts: int = typer.Option(None, "--eval-prompts",
+                                     help="Prompts of the quality report's engine check (default: 8 up to 40M "
+                                          "parameters, fewer above, at least 1)."),
+    eval_new_tokens: int = typer.Option(None, "--eval-new-tokens",
+                                        help="Tokens per engine-check prompt (default: 32 up to 40M parameters, "
+                                             "fewer above, at least 4)."),
     max_ppl_increase: float = typer.Option(None, "--max-ppl-increase",
                                            help="Fail when a graph's perplexity rises by more than this percent."),
     quantize_embeddings: bool = typer.Option(

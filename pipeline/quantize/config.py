@@ -115,9 +115,10 @@ class QuantizeConfig:
     # w8a8 weight range: 7 bits (+-63) is exact on every CPU; 8 bits (+-127) only where no kernel
     # accumulates pairs in saturating int16 (x86 with VNNI, arm64): pipeline/int8_matmul.py
     w8a8_weight_bits: int = 7
-    # Size of the engine check in the quality report (prompts x new tokens, greedy).
-    eval_prompts: int = 8
-    eval_new_tokens: int = 32
+    # Size of the engine check in the quality report (prompts x new tokens, greedy); None: by the
+    # bundle's parameter count (quality.engine_check_size).
+    eval_prompts: int | None = None
+    eval_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", self._resolve_format())
@@ -162,7 +163,10 @@ class QuantizeConfig:
             (self.calib_seq_len < 8, f"{setting('calib_seq_len')} must be at least 8", fix),
             (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
              f"{setting('max_ppl_increase')} must be >= 0 (a percentage)", fix),
-            (self.eval_prompts < 1 or self.eval_new_tokens < 1, "the engine check needs prompts and tokens", fix),
+            (self.eval_prompts is not None and self.eval_prompts < 1,
+             f"{setting('eval_prompts')} must be at least 1", "pass 1 or more (or leave it out: by model size)"),
+            (self.eval_new_tokens is not None and self.eval_new_tokens < 1,
+             f"{setting('eval_new_tokens')} must be at least 1", "pass 1 or more (or leave it out: by model size)"),
         ]
         for failed, problem, hint in problems:
             if failed:

@@ -223,8 +223,10 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         if config.weight_format is WeightFormat.nbits:  # w8a8 is per channel: any width
             _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
+        prompts, new_tokens = quality.engine_check_size(max(s.parameters for s in manifest.graphs.values()),
+                                                        config.eval_prompts, config.eval_new_tokens)
         data = calibration.prepare(calib=config.calib, eval_file=config.eval_file, samples=config.calib_samples,
-                                   seq_len=config.calib_seq_len, prompts=config.eval_prompts, seed=config.seed,
+                                   seq_len=config.calib_seq_len, prompts=prompts, seed=config.seed,
                                    encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()))
         # graphs left out of --graphs are copied byte for byte (the bundle's hashes show it)
         writer.copy_from(source, exclude=graph_files(source.manifest.files,
@@ -243,7 +245,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         manifest.quantization = Quantization(format=format_name, domain=domain, graphs=records)
         # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
         (writer.dir / MANIFEST_NAME).write_text(manifest.to_json())
-        report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=config.eval_new_tokens,
+        report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=new_tokens,
                                   progress=progress, quantized=roles)
         manifest.reports["quantize"] = report
         quality.enforce(report, config.max_ppl_increase)

@@ -1,4 +1,5 @@
-"""QuantizeConfig decisions that need no graph: embedding tables by vocabulary size, the weight format."""
+"""QuantizeConfig decisions that need no graph: embedding tables by vocabulary size, the weight format,
+engine-check size."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.quantize.config import LARGE_VOCAB, QuantizeConfig, WeightFormat
+from specdec.pipeline.quantize.quality import engine_check_size
 
 
 def test_embeddings_are_quantized_by_default_from_32k_tokens(tmp_path: Path) -> None:
@@ -43,3 +45,19 @@ def test_an_explicit_format_or_an_nbits_setting_wins_over_the_profile(tmp_path: 
         QuantizeConfig(output=tmp_path, profile="local-cpu", format="w8a8", method="gptq")
     with pytest.raises(InputError, match="unknown device profile 'nowhere'"):
         QuantizeConfig(output=tmp_path, profile="nowhere")
+
+
+def test_engine_check_shrinks_with_the_parameter_count() -> None:
+    assert engine_check_size(0) == engine_check_size(4_000_000) == engine_check_size(40_000_000) == (8, 32)
+    assert engine_check_size(134_515_008) == (2, 32)  # SmolLM2-135M shape
+    assert engine_check_size(494_032_768) == (1, 20)  # Qwen2.5-0.5B shape
+    assert engine_check_size(1_235_814_400) == (1, 8)  # Llama-3.2-1B shape
+    assert engine_check_size(100_000_000_000) == (1, 4)  # never below one prompt of 4 tokens
+    assert engine_check_size(1_235_814_400, prompts=4) == (4, 4)  # the tokens follow given prompts
+    assert engine_check_size(1_235_814_400, 3, 12) == (3, 12)
+
+
+@pytest.mark.parametrize("key", ["eval_prompts", "eval_new_tokens"])
+def test_engine_check_settings_are_validated(tmp_path: Path, key: str) -> None:
+    with pytest.raises(InputError, match=f"{key} must be at least 1"):
+        QuantizeConfig(output=tmp_path, **{key: 0})
