@@ -151,6 +151,9 @@ def measure(size: str, stages: list[str], work: Path, extra: dict[str, list[str]
                                                root / f"{stage}.log")
         tail = (root / f"{stage}.log").read_text().strip().splitlines()[-1:] if code else []
         results.append(Measured(size, stage, seconds, cpu, rss, code, tail[0][:120] if tail else ""))
+        # each row as it is measured: a long run stopped part way keeps what it measured
+        print(f"measured: {json.dumps(results[-1].__dict__)}", file=sys.stderr, flush=True)
+        (root / "measured.json").write_text(json.dumps([r.__dict__ for r in results], indent=1))
     return results
 
 

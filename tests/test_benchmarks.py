@@ -58,10 +58,11 @@ def test_adaptive_vs_fixed_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPa
 @pytest.mark.slow
 def test_toolchain_scale_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    _run(monkeypatch, "toolchain_scale.py", "--sizes", "tiny", "--stages", "export,surgery,quantize-rtn",
+    stages = ["export", "surgery", "quantize-rtn", "compile-cpu", "tune"]
+    _run(monkeypatch, "toolchain_scale.py", "--sizes", "tiny", "--stages", ",".join(stages),
          "--work", str(tmp_path), "--quantize-args", "--calib-samples 2 --calib-seq-len 32")
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
-    assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", "export", "surgery", "quantize-rtn"]
+    assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", *stages]
     assert all(row.endswith("| 0 |") for row in rows), rows
 
 
