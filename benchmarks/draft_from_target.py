@@ -9,8 +9,11 @@
 3. both drafts are measured the same way on the demo corpus' held-out documents: teacher-forced
    top-1 agreement with the target, and the greedy chain a draft keeps on the target's continuations
    (the demo target stands in for the grown one there: the same function at 1/15 of the cost);
-4. with `--bench`: each pair is exported and benched (`specdec bench`, default settings, 8 prompts),
-   one after the other in this run; both report plain vs speculative from the same process.
+4. with `--bench`: three bundles of the same target are exported and benched (`specdec bench`,
+   default settings — it tunes its plan per bundle — 8 prompts), one after the other in this run:
+   the made draft, the made draft exported with `--no-share-tensors`, and the demo draft; each
+   reports plain vs speculative tokens/s from the same process, whether the speculative replies
+   equal plain greedy decoding, and the process's peak RSS.
 
 Writes `OUT/draft_from_target.json`. The machine's load changes absolute times; compare ratios.
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -71,16 +75,19 @@ def measure(target_dir: Path, drafts: dict[str, Path]) -> dict[str, Any]:
     return results
 
 
-def bench(target_dir: Path, draft_dir: Path, out: Path) -> dict[str, Any]:
+def bench(target_dir: Path, draft_dir: Path, out: Path, share: bool = True) -> dict[str, Any]:
     bundle = out / "bundle"
+    started = time.time()
     subprocess.run(["nice", "-n", "10", SPECDEC, "export", str(target_dir), "--draft", str(draft_dir), "-o",
-                    str(bundle), "--force"], check=True)
+                    str(bundle), "--force", *([] if share else ["--no-share-tensors"])], check=True)
+    exported = time.time()
     results = out / "bench"
     subprocess.run(["nice", "-n", "10", SPECDEC, "bench", str(bundle), "-o", str(results), "--limit", "8",
                     "--force"], check=True)
     data = json.loads((results / "results.json").read_text())
     sizes = {p.name: p.stat().st_size for p in bundle.iterdir() if p.is_file()}
-    return {"results": str(results / "results.json"), "bundle_files": sizes,
+    return {"results": str(results / "results.json"), "bundle_files": sizes, "bundle_bytes": sum(sizes.values()),
+            "export_s": exported - started, "bench_s": time.time() - exported,
             "figures": {k: v for k, v in data.items() if k in ("figures", "lossless")}}
 
 
@@ -97,17 +104,21 @@ def main() -> None:
     corpus = lib.load_corpus(ROOT / "scripts" / "demo_corpus")
     calib = args.out / "calib.txt"
     calib.write_text("\n\n".join(corpus.train))
+    load = os.getloadavg()
     started = time.time()
     options: dict[str, Any] = {k: v for k, v in {"minutes": args.minutes, "steps": args.steps,
                                                  "samples": args.samples}.items() if v is not None}
     made = make_draft(DraftConfig(target=str(target_dir), output=args.out / "made", calib=calib, force=True,
                                   **options))
-    summary: dict[str, Any] = {"command": " ".join(sys.argv), "draft_wall_min": (time.time() - started) / 60,
+    summary: dict[str, Any] = {"command": " ".join(sys.argv), "load_at_start": load,
+                               "draft_wall_min": (time.time() - started) / 60,
                                "report": {k: v for k, v in made.report.items() if k != "files"},
                                "quality": measure(target_dir, {"made": made.path, "demo": demo_draft})}
     if args.bench:
-        summary["bench"] = {name: bench(target_dir, path, args.out / f"bench-{name}")
-                            for name, path in (("made", made.path), ("demo", demo_draft))}
+        runs = (("made", made.path, True), ("made_unshared", made.path, False), ("demo", demo_draft, True))
+        summary["bench"] = {name: bench(target_dir, path, args.out / f"bench-{name}", share)
+                            for name, path, share in runs}
+    summary["load_at_end"] = os.getloadavg()
     (args.out / "draft_from_target.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary["quality"], indent=2))
 

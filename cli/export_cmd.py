@@ -24,10 +24,13 @@ def export(
     dtype: DType = typer.Option(DType.float32, help="Weight and activation dtype of the graphs."),
     force: options.Force = False,
     validate: bool = typer.Option(True, "--validate/--no-validate", help="Check ONNX against PyTorch after export."),
+    share_tensors: bool = typer.Option(True, "--share-tensors/--no-share-tensors",
+                                       help="Store tensors identical in target and draft once, in shared.data "
+                                            "(--no-share-tensors: each graph holds its own copy)."),
 ) -> None:
     """Export a Hugging Face target (+ draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
-                          force=force, validate=validate)
+                          force=force, validate=validate, share_tensors=share_tensors)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))
     report = bundle.manifest.reports.get("export", {}).get("validation")
     if isinstance(report, dict):

@@ -33,8 +33,13 @@ from specdec.pipeline.progress import Progress
 log = logging.getLogger(__name__)
 
 LOGIT_CACHE_BYTES = 1 << 30
+OVERRUN_S = 30.0  # a budgeted run stops training this long past its deadline, whatever its step count
 HOLDOUT = 8  # 1 row in HOLDOUT of each kind is held out
 WARMUP_STEPS = 50
+# Rows generated together: decoding a batch of rows reads the target's weights once per token for
+# all of them, so wider batches cost less per token (realistic 61.6M target, 1 thread, loaded
+# machine: 7 tok/s at 16 rows, 13 at 64, 17 at 256); 64 keeps a budget-cut corpus fine-grained.
+GENERATION_BATCH = 64
 
 
 @dataclass
@@ -43,14 +48,18 @@ class Corpus:
     heldout: torch.Tensor  # [M, seq + 1] sampled / user text, for top-1 agreement
     policy: torch.Tensor  # [K, context + continuation]: the target's greedy continuations, held out
     context: int  # tokens of `policy` rows before the target's continuation
+    # the target's logits (float16) over the first rows of `train`, kept from generating them: the
+    # teacher then computes only the rest (the user's text) — a full target pass saved
+    teacher: torch.Tensor | None = None
 
     def state(self) -> dict[str, Any]:
-        return {"train": self.train, "heldout": self.heldout, "policy": self.policy, "context": self.context}
+        return {"train": self.train, "heldout": self.heldout, "policy": self.policy, "context": self.context,
+                "teacher": self.teacher}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Corpus:
         return cls(train=state["train"], heldout=state["heldout"], policy=state["policy"],
-                   context=int(state["context"]))
+                   context=int(state["context"]), teacher=state.get("teacher"))
 
 
 def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -61,10 +70,19 @@ def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
 def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
                   batch: int = 64) -> torch.Tensor:
     """`prefix` rows followed by `length` target tokens: sampled with `generator`, greedy without one."""
-    rows = []
+    return continue_rows_logits(model, prefix, length, generator, batch, keep=False)[0]
+
+
+@torch.no_grad()
+def continue_rows_logits(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
+                         batch: int = 64, keep: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`continue_rows`, and with `keep` the target's logits (float16) over each row but its last
+    token: what a teacher-forced pass over the row computes, here at no extra cost."""
+    rows, kept = [], []
     for chunk in chunks(prefix, batch):
         out = model(input_ids=chunk, use_cache=True)
         ids = [chunk]
+        seen = [out.logits.half()] if keep else []
         for step in range(length):
             logits = out.logits[:, -1].float()
             if generator is None:
@@ -74,8 +92,12 @@ def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torc
             ids.append(token)
             if step + 1 < length:
                 out = model(input_ids=token, cache=out.cache, use_cache=True)
+                if keep:
+                    seen.append(out.logits.half())
         rows.append(torch.cat(ids, dim=1))
-    return torch.cat(rows)
+        if keep:
+            kept.append(torch.cat(seen, dim=1))
+    return torch.cat(rows), (torch.cat(kept) if keep else None)
 
 
 def _split(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -83,30 +105,51 @@ def _split(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows[held:], rows[:held]
 
 
-def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int,
-                 calib: Sequence[int] | None, progress: Progress) -> Corpus:
+def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int, vocab: int,
+                 calib: Sequence[int] | None, progress: Progress, deadline: float | None = None) -> Corpus:
+    """`samples` sampled rows and as many greedy continuations, made GENERATION_BATCH rows at a time
+    (each chunk's sampled rows, then their greedy continuations, so a corpus cut short by `deadline`
+    still holds both kinds); past `deadline` (time.time()) no further chunk starts."""
     generator = torch.Generator().manual_seed(seed)
     half = seq // 2
-    with progress.task(f"target writes {samples} sampled rows", total=None):
-        if calib:
-            stream = torch.tensor(list(calib), dtype=torch.long)
-            windows = _windows(stream, seq + 1, samples, generator)
-            starts = windows[:, :half]
-            sampled = continue_rows(model, starts, seq + 1 - half, generator)
-        else:
-            windows = None
-            sampled = continue_rows(model, torch.full((samples, 1), start_token, dtype=torch.long), seq, generator)
-    with progress.task(f"target continues {samples} rows greedily", total=None):
-        greedy = continue_rows(model, sampled[:, :half], seq + 1 - half, None)
+    windows = _windows(torch.tensor(list(calib), dtype=torch.long), seq + 1, samples, generator) if calib else None
+    sampled_parts: list[torch.Tensor] = []
+    greedy_parts: list[torch.Tensor] = []
+    keep = 2 * samples * seq * vocab * 2 <= LOGIT_CACHE_BYTES  # the teacher caches them likewise
+    logits: dict[str, list[torch.Tensor]] = {"sampled": [], "greedy": []}
+    with progress.task(f"target writes up to {samples} sampled rows and their greedy continuations",
+                       total=samples) as task:
+        for begin in range(0, samples, GENERATION_BATCH):
+            if sampled_parts and deadline is not None and time.time() > deadline:
+                log.info("corpus: %d of %d rows fit the budget's share", begin, samples)
+                break
+            count = min(GENERATION_BATCH, samples - begin)
+            if windows is not None:
+                sampled, seen = continue_rows_logits(model, windows[begin:begin + count, :half], seq + 1 - half,
+                                                     generator, keep=keep)
+            else:
+                sampled, seen = continue_rows_logits(model, torch.full((count, 1), start_token, dtype=torch.long),
+                                                     seq, generator, keep=keep)
+            greedy, seen_greedy = continue_rows_logits(model, sampled[:, :half], seq + 1 - half, None, keep=keep)
+            sampled_parts.append(sampled)
+            greedy_parts.append(greedy)
+            if seen is not None and seen_greedy is not None:
+                logits["sampled"].append(seen)
+                logits["greedy"].append(seen_greedy)
+            task.advance(count)
+    sampled, greedy = torch.cat(sampled_parts), torch.cat(greedy_parts)
     train_sampled, held_sampled = _split(sampled)
     train_greedy, held_greedy = _split(greedy)
     parts = [train_sampled, train_greedy]
+    teacher = (torch.cat([_split(torch.cat(logits[kind]))[0] for kind in ("sampled", "greedy")])
+               if keep else None)
     heldout = [held_sampled]
     if windows is not None:
-        train_text, held_text = _split(windows)
+        train_text, held_text = _split(windows[:len(sampled)])
         parts.append(train_text)
         heldout.append(held_text)
-    return Corpus(train=torch.cat(parts), heldout=torch.cat(heldout), policy=held_greedy, context=half)
+    return Corpus(train=torch.cat(parts), heldout=torch.cat(heldout), policy=held_greedy, context=half,
+                  teacher=teacher)
 
 
 def _windows(stream: torch.Tensor, length: int, count: int, generator: torch.Generator) -> torch.Tensor:
@@ -122,17 +165,22 @@ CHAIN = 8
 
 
 @torch.no_grad()
-def evaluate(target: Any, draft: Any, corpus: Corpus) -> dict[str, float]:
+def target_tops(target: Any, corpus: Corpus) -> torch.Tensor:
+    """The target's top-1 on the held-out rows: computed once for the evaluations before and after training."""
+    return torch.cat([target(input_ids=c).logits.argmax(-1) for c in chunks(corpus.heldout[:, :-1], 16)])
+
+
+@torch.no_grad()
+def evaluate(target: Any, draft: Any, corpus: Corpus, tops: torch.Tensor | None = None) -> dict[str, float]:
     """Held-out top-1 agreement, on-policy next-token match, expected accepted tokens of an 8-token chain."""
-    inputs = corpus.heldout[:, :-1]
-    agree = [(draft(input_ids=c).logits.argmax(-1) == target(input_ids=c).logits.argmax(-1)).float()
-             for c in chunks(inputs, 16)]
+    tops = target_tops(target, corpus) if tops is None else tops
+    drafted = torch.cat([draft(input_ids=c).logits.argmax(-1) for c in chunks(corpus.heldout[:, :-1], 16)])
     rows = corpus.policy
     predicted = torch.cat([draft(input_ids=c[:, :-1]).logits.argmax(-1) for c in chunks(rows, 16)])
     hits = (predicted[:, corpus.context - 1:] == rows[:, corpus.context:]).float()
     windows = hits.unfold(1, CHAIN, 1) if hits.shape[1] >= CHAIN else hits.unsqueeze(1)
     accepted = windows.cumprod(dim=-1).sum(dim=-1)  # tokens an 8-token chain drafted at each position keeps
-    return {"heldout_agreement": torch.cat(agree).mean().item(), "on_policy_match": hits.mean().item(),
+    return {"heldout_agreement": (drafted == tops).float().mean().item(), "on_policy_match": hits.mean().item(),
             "expected_accepted": accepted.mean().item()}
 
 
@@ -174,13 +222,16 @@ def trainable(draft: Any) -> list[torch.nn.Parameter]:
 class Teacher:
     """The target's logits for the training rows: cached once when they fit, else per batch."""
 
-    def __init__(self, target: Any, rows: torch.Tensor, vocab: int) -> None:
+    def __init__(self, target: Any, rows: torch.Tensor, vocab: int, known: torch.Tensor | None = None) -> None:
+        """`known`: the logits of the first rows, kept from generating them."""
         self.target = target
         self.rows = rows
         self.cache: torch.Tensor | None = None
         if rows.shape[0] * (rows.shape[1] - 1) * vocab * 2 <= LOGIT_CACHE_BYTES:
+            done = 0 if known is None else len(known)
             with torch.no_grad():
-                self.cache = torch.cat([target(input_ids=c[:, :-1]).logits.half() for c in chunks(rows, 32)])
+                rest = [target(input_ids=c[:, :-1]).logits.half() for c in chunks(rows[done:], 32)]
+            self.cache = torch.cat(([known] if known is not None else []) + rest)
 
     def logits(self, index: torch.Tensor) -> torch.Tensor:
         if self.cache is not None:
@@ -200,7 +251,7 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
     picker = torch.Generator().manual_seed(settings.seed + 1)
     vocab = int(target.config.vocab_size)
-    teacher = Teacher(target, corpus.train, vocab)
+    teacher = Teacher(target, corpus.train, vocab, corpus.teacher)
     step, total, losses = 0, settings.steps, []
     if resume is not None:
         step, total = int(resume["step"]), int(resume["total"])
@@ -228,9 +279,9 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
         losses.append(round(loss.item(), 5))
         step += 1
 
-    if total is None:  # a time budget: measure a few steps, then fix the count for good
-        assert deadline is not None
-        probe = 3  # under the provisional count the warmup is WARMUP_STEPS long, as for any count >= 500
+    if resume is None and deadline is not None:  # a time budget: measure a few steps, then fix the count
+        # under the provisional count the warmup is WARMUP_STEPS long, as for any count >= 500
+        probe = min(3, settings.steps or 3)
         started = time.time()
         for _ in range(probe):
             one_step(10 * WARMUP_STEPS)
@@ -241,9 +292,14 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
         log.info("%.2f s a step: %d steps fit the budget", per_step, total)
         save(state())  # the count is fixed: a resumed run follows the same schedule
         last_save = time.time()
+    assert total is not None  # DraftConfig gives a step count, a time budget, or both
     with progress.task("distilling the draft", total=total) as task:
         task.advance(step)
         while step < total:
+            if deadline is not None and time.time() > deadline + OVERRUN_S:
+                # the machine got slower than the probe measured: the budget bounds the run
+                log.warning("distillation stopped at step %d of %d: the time budget is spent", step, total)
+                break
             one_step(total)
             task.advance()
             if settings.checkpoint_minutes > 0 and time.time() - last_save >= settings.checkpoint_minutes * 60:
@@ -252,6 +308,16 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
     draft.eval()
     tail = losses[-20:]
     return {"steps": step, "final_kl": sum(tail) / max(1, len(tail))}
+
+
+def default_threads() -> int:
+    """Torch threads for a run that names none: the cores other processes leave idle, at least one.
+    On a shared machine torch's default (all cores) loses to one thread by far: its threads wait
+    for each other at every kernel while the scheduler runs others (realistic 61.6M target, 2 cores
+    at load 6-10: 3 generated tokens/s on 2 threads vs 7 on 1)."""
+    cores = os.cpu_count() or 1
+    idle = cores - os.getloadavg()[0]
+    return max(1, min(cores, int(idle)))
 
 
 def threads_note() -> str:

@@ -99,15 +99,32 @@ def _kl(reference: torch.Tensor, logits: torch.Tensor) -> float:
 
 @torch.no_grad()
 def layer_importance(model: Any, batches: Sequence[torch.Tensor]) -> list[float]:
-    references = [model(input_ids=batch).logits for batch in batches]
-    scores: list[float] = []
-    for layer in model.model.layers:
-        handle = layer.register_forward_hook(lambda module, args, output: args[0])
+    """KL of dropping each layer alone. One full forward per batch records every layer's input (and
+    the keyword arguments the model passes it: mask, rotary tables); dropping layer i then re-runs
+    only layers i+1.. from layer i's input, half the work of a full forward per layer."""
+    layers = list(model.model.layers)
+    scores = [0.0] * len(layers)
+    for batch in batches:
+        seen: list[tuple[torch.Tensor, dict[str, Any]]] = []
+
+        def record(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                   seen: list[tuple[torch.Tensor, dict[str, Any]]] = seen) -> None:
+            seen.append((args[0] if args else kwargs["hidden_states"],
+                         {k: v for k, v in kwargs.items() if k != "hidden_states"}))
+
+        handles = [layer.register_forward_pre_hook(record, with_kwargs=True) for layer in layers]
         try:
-            scores.append(sum(_kl(ref, model(input_ids=b).logits) for ref, b in zip(references, batches, strict=True))
-                          / len(batches))
+            reference = model(input_ids=batch, use_cache=False).logits
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
+        for index in range(len(layers)):
+            hidden = seen[index][0]
+            for later in range(index + 1, len(layers)):
+                out = layers[later](hidden, **seen[later][1])
+                hidden = out[0] if isinstance(out, tuple) else out
+            logits = model.lm_head(model.model.norm(hidden))
+            scores[index] += _kl(reference, logits) / len(batches)
     return scores
 
 

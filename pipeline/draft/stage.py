@@ -91,6 +91,9 @@ class DraftConfig:
 
 DEFAULT_MINUTES = 15.0
 DEFAULT_SIZE = 0.1
+CORPUS_SHARE = 0.4  # of the budget, at most, for the target's text (generation is its costliest phase)
+END_MARGIN = 0.05  # of the budget, kept for saving the draft
+IMPORTANCE_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -181,8 +184,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
     fingerprint = _fingerprint(target_dir, config)
     resume = _resume_state(config, fingerprint)
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
+    torch.set_num_threads(config.threads or distill.default_threads())
     torch.manual_seed(config.seed)
     target_config, tokenizer, target = _load(target_dir, config)
     shape = pruning.geometry(target_config)
@@ -190,20 +192,25 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         param.requires_grad_(False)
     phases: dict[str, float] = {}
     budget = config.budget_minutes
-    deadline = started + budget * 60 * 0.95 if budget is not None else None  # the rest: evaluation, saving
+    # --minutes bounds the whole run: the target's text gets up to CORPUS_SHARE of it, importance a
+    # fixed small probe, distillation what is left less the evaluation's measured cost and a margin
+    end = started + budget * 60 * (1 - END_MARGIN) if budget is not None else None
+    corpus_deadline = started + budget * 60 * CORPUS_SHARE if budget is not None else None
 
     if resume is None:
         calib = read_tokens(config.calib, tokenizer, shape.vocab) if config.calib else None
         start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id or 0
         corpus = distill.build_corpus(target, samples=config.samples, seq=config.seq, seed=config.seed,
-                                      start_token=int(start), calib=calib, progress=progress)
+                                      start_token=int(start), vocab=shape.vocab, calib=calib, progress=progress,
+                                      deadline=corpus_deadline)
         phases["corpus_s"] = time.time() - started
         with progress.task("measuring layer, head and channel importance"):
             for param in target.parameters():
                 param.requires_grad_(True)
-            # 8 rows of 64 tokens: the layer sweep costs one target forward per layer over them
+            # IMPORTANCE_ROWS rows of 64 tokens: the layer sweep costs about half a target forward per
+            # layer over them
             order = torch.randperm(len(corpus.train), generator=torch.Generator().manual_seed(config.seed))
-            importance = pruning.measure(target, distill.chunks(corpus.train[order[:8], :65], 4), shape)
+            importance = pruning.measure(target, [corpus.train[order[:IMPORTANCE_ROWS], :65]], shape)
             for param in target.parameters():
                 param.requires_grad_(False)
         plan = pruning.choose(importance, shape, size=config.size or DEFAULT_SIZE, layers=config.layers,
@@ -216,7 +223,12 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         plan = pruning.Plan(**resume["plan"])
         training = resume["training"]
     draft = pruning.build(target, plan, shape)
-    at_init = distill.evaluate(target, draft, corpus)
+    evaluated = time.time()
+    tops = distill.target_tops(target, corpus)
+    at_init = distill.evaluate(target, draft, corpus, tops)
+    # the final evaluation costs the draft's half of this one; the save costs less than that again
+    deadline = end - (time.time() - evaluated) if end is not None else None
+    pruned = {k: v.clone() for k, v in draft.state_dict().items()}
     log.info("draft at init: %s (%s)", at_init, phases)
     base = {"version": STATE_VERSION, "fingerprint": fingerprint, "corpus": corpus.state(),
             "importance": dataclasses.asdict(importance), "plan": dataclasses.asdict(plan)}
@@ -230,7 +242,13 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
     trained = distill.train(target, draft, corpus, settings, deadline=deadline, resume=training, save=save,
                             progress=progress)
     phases["train_s"] = time.time() - began
-    quality = distill.evaluate(target, draft, corpus)
+    quality = distill.evaluate(target, draft, corpus, tops)
+    kept = "distilled"
+    if quality["heldout_agreement"] < at_init["heldout_agreement"]:
+        # pruning alone agreed better (a target whose dropped parts did nothing): training only moved
+        # the draft off the target; the pruned weights are the better draft
+        draft.load_state_dict(pruned)
+        quality, kept = at_init, "pruned"
     dtype = getattr(target_config, "dtype", None) or torch.float32
     saved = draft.to(getattr(torch, str(dtype).removeprefix("torch.")) if not isinstance(dtype, torch.dtype)
                      else dtype)
@@ -242,7 +260,9 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
                  "groups": [list(g) for g in plan.groups]},
         "importance": {"layer_kl": [round(v, 5) for v in importance.layer_kl]},
         "sizes": figures, "own_share_of_target": figures["own_bytes"] / figures["target_bytes"],
-        "quality": quality, "quality_at_init": at_init, "steps": trained["steps"], "final_kl": trained["final_kl"],
+        "quality": quality, "quality_at_init": at_init, "kept": kept, "steps": trained["steps"],
+        "final_kl": trained["final_kl"], "corpus_rows": {"train": len(corpus.train), "heldout": len(corpus.heldout),
+                                                         "policy": len(corpus.policy)},
         "threads": distill.threads_note(), "phases_s": {k: round(v, 1) for k, v in phases.items()},
         "minutes": (time.time() - started) / 60,
     }

@@ -47,6 +47,7 @@ class ExportConfig:
     force: bool = False
     validate: bool = True
     seed: int = 0
+    share_tensors: bool = True  # store tensors identical in target and draft once (shared.data)
 
     def __post_init__(self) -> None:
         if self.no_draft and self.draft is not None:
@@ -67,6 +68,8 @@ class ExportConfig:
         """What the lineage stores: everything that changes the output, nothing that does not."""
         record = {"sources": self.sources(), "opset": self.opset, "dtype": self.dtype.value,
                   "validate": self.validate, "seed": self.seed}
+        if not self.share_tensors:  # only when off, so that records of earlier bundles keep their digest
+            record["share_tensors"] = False
         return record | {"target_only": True} if self.target_only else record
 
     @functools.cached_property
@@ -149,7 +152,8 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
                 decoder=decoder,
             )
             del model
-        sharing = share_identical(writer.dir, [graphs[role].file for role in graphs]) if len(graphs) > 1 else None
+        share = len(graphs) > 1 and config.share_tensors
+        sharing = share_identical(writer.dir, [graphs[role].file for role in graphs]) if share else None
         target = light["target"]
         target.tokenizer.save_pretrained(str(writer.dir / "tokenizer"))
         generation_eos = ckpt.generation_eos(target.source)

@@ -220,10 +220,10 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
-        quantize_graph, format_name, domain = FORMATS[config.format]
+        quantize_graph, format_name, domain = FORMATS[config.weight_format]
         plans = {role: plan_graph(find_layers(load_graph(source.graph_path(role), weights=False)), role, config)
                  for role in roles}
-        if config.format is WeightFormat.nbits:  # w8a8 is per channel: any width
+        if config.weight_format is WeightFormat.nbits:  # w8a8 is per channel: any width
             _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
         prompts, new_tokens = quality.engine_check_size(max(s.parameters for s in manifest.graphs.values()),

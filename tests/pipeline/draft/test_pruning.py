@@ -120,3 +120,19 @@ def test_bad_counts_are_input_errors(counts: dict[str, int], flag: str) -> None:
 def test_unsupported_architecture() -> None:
     with pytest.raises(UnsupportedModelError, match="gpt2"):
         pruning.geometry(make_model("gpt2", vocab=96).config)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_layer_sweep_equals_dropping_each_layer_in_a_full_forward(arch: str) -> None:
+    """The sweep re-runs only the layers after the dropped one; it must measure what a full forward
+    with that layer skipped gives."""
+    target, batches = _target(arch), _batches()
+    expected = []
+    with torch.no_grad():
+        references = [target(input_ids=b).logits for b in batches]
+        for layer in target.model.layers:
+            handle = layer.register_forward_hook(lambda module, args, output: args[0])
+            pairs = zip(references, batches, strict=True)
+            expected.append(sum(pruning._kl(r, target(input_ids=b).logits) for r, b in pairs) / len(batches))
+            handle.remove()
+    assert pruning.layer_importance(target, batches) == pytest.approx(expected, rel=1e-4, abs=1e-7)

@@ -123,6 +123,10 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
         assert len(external) == shared["tensors"], role
         ort.InferenceSession(str(bundle.path / f"{role}.onnx"))  # resolves shared.data next to the graph
     assert SHARED_DATA in bundle_files(Bundle.load(bundle.path))  # pushed to the device with the graphs
+    unshared = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "unshared",
+                                          validate=False, share_tensors=False))
+    assert "shared" not in unshared.manifest.reports["export"] and not (unshared.path / SHARED_DATA).exists()
+    assert unshared.manifest.lineage[-1].config["share_tensors"] is False
     from typer.testing import CliRunner
 
     from specdec.cli.app import app

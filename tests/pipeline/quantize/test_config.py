@@ -1,4 +1,5 @@
-"""QuantizeConfig decisions that need no graph: embedding tables by vocabulary size, engine-check size."""
+"""QuantizeConfig decisions that need no graph: embedding tables by vocabulary size, the weight format,
+engine-check size."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.quantize.config import LARGE_VOCAB, QuantizeConfig
+from specdec.pipeline.quantize.config import LARGE_VOCAB, QuantizeConfig, WeightFormat
 from specdec.pipeline.quantize.quality import engine_check_size
 
 
@@ -20,6 +21,30 @@ def test_embeddings_are_quantized_by_default_from_32k_tokens(tmp_path: Path) -> 
     assert (auto.embedding_bits_for("target", "model.embed_tokens"), auto.embedding_bits_for("draft", "x")) == (8, 4)
     assert QuantizeConfig(output=tmp_path, keep_float=("model.embed_*",)).embedding_bits_for(
         "target", "model.embed_tokens") is None
+
+
+def test_the_format_left_out_is_the_profiles(tmp_path: Path) -> None:
+    """local-cpu states w8a8 (measured fastest-exact there), the phone profiles nbits; no profile: nbits."""
+    assert QuantizeConfig(output=tmp_path).weight_format is WeightFormat.nbits
+    assert QuantizeConfig(output=tmp_path, profile="local-cpu").weight_format is WeightFormat.w8a8
+    assert QuantizeConfig(output=tmp_path, profile="local-cpu").record()["format"] == "w8a8"
+    assert QuantizeConfig(output=tmp_path, profile="pixel-8").weight_format is WeightFormat.nbits
+    # rtn is w8a8's own method: it keeps the profile's format
+    assert QuantizeConfig(output=tmp_path, profile="local-cpu", method="rtn").weight_format is WeightFormat.w8a8
+
+
+def test_an_explicit_format_or_an_nbits_setting_wins_over_the_profile(tmp_path: Path) -> None:
+    explicit = QuantizeConfig(output=tmp_path, profile="local-cpu", format="nbits")
+    assert explicit.weight_format is WeightFormat.nbits and explicit.method_for("target").value == "awq"
+    assert "format" not in explicit.record()  # nbits lineage records are what they were before profiles had one
+    for setting in ({"method": "gptq"}, {"draft_method": "awq"}, {"group_size": 32}, {"symmetric": True},
+                    {"accuracy_level": 4}, {"head_bits": 4}, {"first_block_bits": 4}):
+        config = QuantizeConfig(output=tmp_path, profile="local-cpu", **setting)  # type: ignore[arg-type]
+        assert config.weight_format is WeightFormat.nbits, setting
+    with pytest.raises(InputError, match="method gptq does not apply to format w8a8"):
+        QuantizeConfig(output=tmp_path, profile="local-cpu", format="w8a8", method="gptq")
+    with pytest.raises(InputError, match="unknown device profile 'nowhere'"):
+        QuantizeConfig(output=tmp_path, profile="nowhere")
 
 
 def test_engine_check_shrinks_with_the_parameter_count() -> None:
