@@ -31,11 +31,18 @@ def prompts(count: int = 8) -> list[str]:
     return texts[:count]
 
 
-def realistic_pair(draft: str = "demo") -> tuple[Path, Path]:
-    """The compute-realistic target (benchmarks/realistic.py) and a draft (demo or distilled), as checkpoints."""
+# The wide target (benchmarks/realistic.py --hidden): the demo's function at phone-class width.
+WIDE = {"hidden": 1024, "layers": 16, "intermediate": 3072}
+
+
+def realistic_pair(draft: str = "demo", wide: bool = False) -> tuple[Path, Path]:
+    """The compute-realistic target (benchmarks/realistic.py; `wide`: hidden 1024) and a draft, as checkpoints."""
     from realistic import write_pair
 
-    return write_pair(CACHE / ("realistic" if draft == "demo" else f"realistic-{draft}"), draft=draft)
+    name = "realistic" + ("-wide" if wide else "") + ("" if draft == "demo" else f"-{draft}")
+    if wide:
+        return write_pair(CACHE / name, WIDE["layers"], WIDE["intermediate"], draft, hidden=WIDE["hidden"])
+    return write_pair(CACHE / name, draft=draft)
 
 
 def realistic_bundle(draft: str = "demo") -> Bundle:

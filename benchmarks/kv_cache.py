@@ -1,18 +1,20 @@
 """KV cache policies side by side: the full cache vs `window` (sinks + last W), in one run.
 
-The bundle (the demo pair by default, surgered) is compiled twice for the cpu flavour at the same
-max context: `--kv-cache full` and `--kv-cache window --kv-sinks S --kv-window W`. Then, in this one
-process, for each prompt:
+The bundle (the demo pair by default, surgered) is compiled at the same max context for the cpu
+flavour with `--kv-cache full`, `--kv-cache window --kv-sinks S --kv-window W`, `--kv-dtype int8`
+and `--kv-dtype float16`, and for the npu flavour with the same window (its ring of slots). Then,
+in this one process, for each prompt:
 
-- under the window policy, plain and speculative greedy decoding of `--tokens` new tokens (past the
-  context: 4x a 512-slot context by default), compared token for token, with tokens/s, the KV
-  bytes the runners hold at the end and the process's peak RSS per reply (runtime/memory.py);
-- the per-step cost of both policies: plain decoding of the same reply inside the context (the
-  full cache's limit), ms per token, alternating which goes first;
-- int8 KV rows (`--kv-dtype int8`, full cache): speculative against plain inside the context, its
+- under the window policy, on both flavours, plain and speculative greedy decoding of `--tokens`
+  new tokens (past the context: 4x a 512-slot context by default), compared token for token, with
+  tokens/s, the KV bytes the runners hold at the end and the process's peak RSS per reply
+  (runtime/memory.py); and the two flavours' plain replies compared;
+- the per-step cost of the cpu policies: plain decoding of the same reply inside the context (the
+  full cache's limit), ms per token, rotating which goes first;
+- int8 and float16 KV rows (full cache): speculative against plain inside the context, their
   per-step cost and bytes next to the float cache's;
-- the quality reports from compile (window and int8) (greedy mismatch rate against the full cache and
-  perplexity delta, teacher-forced on calibration text).
+- the quality reports from compile (greedy mismatch rate against the full cache and perplexity
+  delta, teacher-forced on calibration text).
 
     .venv/bin/python benchmarks/kv_cache.py [--max-context 512 --sinks 4 --window 256 --tokens 2048]
 """
@@ -39,9 +41,10 @@ from specdec.pipeline.text import TextCodec
 
 
 def _compiled(source: Bundle, name: str, max_context: int, kv_cache: KVCache | None = None,
-              sinks: int | None = None, window: int | None = None, dtype: KVDtype | None = None) -> Bundle:
+              sinks: int | None = None, window: int | None = None, dtype: KVDtype | None = None,
+              flavour: GraphFlavour = GraphFlavour.cpu) -> Bundle:
     out = CACHE / f"kv-{name}-{max_context}"
-    config = CompileConfig(output=out, target=GraphFlavour.cpu, max_context=max_context, format=OutputFormat.onnx,
+    config = CompileConfig(output=out, target=flavour, max_context=max_context, format=OutputFormat.onnx,
                            kv_cache=kv_cache, kv_sinks=sinks, kv_window=window, kv_dtype=dtype)
     return cached(out, lambda: compile_bundle(config, source))
 
@@ -84,33 +87,44 @@ def main() -> None:
     window = _compiled(source, f"window-s{args.sinks}-w{args.window}", args.max_context, KVCache.window,
                        args.sinks, args.window)
     int8 = _compiled(source, "int8", args.max_context, dtype=KVDtype.int8)
+    half = _compiled(source, "float16", args.max_context, dtype=KVDtype.float16)
+    ring = _compiled(source, f"npu-window-s{args.sinks}-w{args.window}", args.max_context, KVCache.window,
+                     args.sinks, args.window, flavour=GraphFlavour.npu)
     codec = TextCodec(source.path / source.manifest.tokenizer.dir)
     texts = [codec.encode(text)[: args.max_context // 4] for text in prompts(args.prompts)]
     engines = {"full": _engine(full, args.threads), "window": _engine(window, args.threads),
-               "int8": _engine(int8, args.threads)}
+               "int8": _engine(int8, args.threads), "float16": _engine(half, args.threads),
+               "npu_window": _engine(ring, args.threads)}
     report: dict[str, Any] = {"bundle": str(source.path), "max_context": args.max_context, "sinks": args.sinks,
-                                 "window": args.window, "tokens": args.tokens,
-                                 "kv_quality": {name: bundle.manifest.reports["compile"]["kv_quality"]
-                                                for name, bundle in (("window", window), ("int8", int8))}}
-    long_replies = []
-    for prompt in texts:
-        plain = _reply(engines["window"], prompt, DecodeConfig(max_new_tokens=args.tokens, speculative=False))
-        spec = _reply(engines["window"], prompt, DecodeConfig(max_new_tokens=args.tokens))
-        long_replies.append({"prompt_tokens": len(prompt), "equal": plain.pop("ids") == spec.pop("ids"),
-                             "plain": plain, "speculative": spec})
-    report["window_past_context"] = long_replies
-    int8_equal = []
-    for prompt in texts:  # int8 rows, inside the context: speculative against plain
-        config = DecodeConfig(max_new_tokens=args.step_tokens, speculative=False)
-        plain_ids = engines["int8"].generate(prompt, config).output_ids
-        spec_ids = engines["int8"].generate(prompt, DecodeConfig(max_new_tokens=args.step_tokens)).output_ids
-        int8_equal.append(plain_ids == spec_ids)
-    report["int8_speculative_equals_plain"] = int8_equal
-    names = ("full", "window", "int8")
+                              "window": args.window, "tokens": args.tokens,
+                              "kv_quality": {name: bundle.manifest.reports["compile"]["kv_quality"]
+                                             for name, bundle in (("window", window), ("int8", int8),
+                                                                  ("float16", half), ("npu_window", ring))}}
+    for name in ("window", "npu_window"):
+        long_replies = []
+        for prompt in texts:
+            plain = _reply(engines[name], prompt, DecodeConfig(max_new_tokens=args.tokens, speculative=False))
+            spec = _reply(engines[name], prompt, DecodeConfig(max_new_tokens=args.tokens))
+            ids = plain.pop("ids")
+            long_replies.append({"prompt_tokens": len(prompt), "equal": ids == spec.pop("ids"),
+                                 "plain": plain, "speculative": spec, "ids": ids})
+        report[f"{name}_past_context"] = long_replies
+    report["flavours_agree"] = [a.pop("ids") == b.pop("ids") for a, b in zip(report["window_past_context"],
+                                                                              report["npu_window_past_context"],
+                                                                              strict=True)]
+    for name in ("int8", "float16"):  # rows in another dtype, inside the context: speculative against plain
+        equal = []
+        for prompt in texts:
+            config = DecodeConfig(max_new_tokens=args.step_tokens, speculative=False)
+            plain_ids = engines[name].generate(prompt, config).output_ids
+            spec_ids = engines[name].generate(prompt, DecodeConfig(max_new_tokens=args.step_tokens)).output_ids
+            equal.append(plain_ids == spec_ids)
+        report[f"{name}_speculative_equals_plain"] = equal
+    names = ("full", "window", "int8", "float16")
     steps: dict[str, list[float]] = {name: [] for name in names}
     held: dict[str, int] = {}
     for index, prompt in enumerate(texts * 2):
-        order = names[index % 3:] + names[: index % 3]  # rotate who goes first
+        order = names[index % len(names):] + names[: index % len(names)]  # rotate who goes first
         for name in order:
             config = DecodeConfig(max_new_tokens=args.step_tokens, speculative=False)
             reply = _reply(engines[name], prompt, config)

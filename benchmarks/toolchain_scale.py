@@ -53,7 +53,10 @@ STAGES: dict[str, tuple[str | None, list[str]]] = {
     "quantize-gptq": ("surgery", ["--method", "gptq"]),
     "compile-cpu": ("quantize-rtn", ["--target", "cpu"]),
     "compile-npu": ("quantize-rtn", ["--target", "npu"]),
+    # short settings: the model drafter only, two prompts of eight tokens (TUNE_PROMPTS, written per size)
+    "tune": ("compile-cpu", ["--device", "local", "--drafter", "model", "--max-new-tokens", "8"]),
 }
+TUNE_PROMPTS = 2
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,15 @@ def specdec_command(stage: str, source: Path, out: Path, extra: list[str]) -> li
         draft = source.with_name(source.name + "-draft")
         return [*specdec, "export", str(source), "--draft", str(draft), "-o", str(out), "--force", *extra]
     command = stage.split("-")[0]
+    if stage == "tune":
+        prompts = out.with_name("tune-prompts.jsonl")
+        from specdec.pipeline.prompts import default_prompts_file
+
+        shipped = default_prompts_file()
+        assert shipped is not None, "the demo prompts ship with specdec"
+        lines = shipped.read_text().splitlines()[:TUNE_PROMPTS]
+        prompts.write_text("\n".join(lines) + "\n")
+        extra = [*extra, "--calib", str(prompts)]
     return [*specdec, command, str(source), "-o", str(out), "--force", *extra]
 
 
@@ -139,6 +151,9 @@ def measure(size: str, stages: list[str], work: Path, extra: dict[str, list[str]
                                                root / f"{stage}.log")
         tail = (root / f"{stage}.log").read_text().strip().splitlines()[-1:] if code else []
         results.append(Measured(size, stage, seconds, cpu, rss, code, tail[0][:120] if tail else ""))
+        # each row as it is measured: a long run stopped part way keeps what it measured
+        print(f"measured: {json.dumps(results[-1].__dict__)}", file=sys.stderr, flush=True)
+        (root / "measured.json").write_text(json.dumps([r.__dict__ for r in results], indent=1))
     return results
 
 

@@ -32,12 +32,13 @@ def compile_(
     format: OutputFormat = typer.Option(None, "--format", help="onnx, ort or both (npu: onnx, whose variants "
                                         "share weights; ORT format repeats them per variant; cpu: both)."),
     kv_cache: KVCache = typer.Option(None, "--kv-cache", help="KV cache policy: full (exact) or window (lossy: "
-                                     "--kv-sinks first + --kv-window latest positions, replies past the context; "
-                                     "cpu flavour); the profile's compile.kv_cache."),
+                                     "--kv-sinks first + --kv-window latest positions, replies past the context); "
+                                     "the profile's compile.kv_cache."),
     kv_sinks: int = typer.Option(None, "--kv-sinks", help="window: first positions kept (profile's, 4)."),
     kv_window: int = typer.Option(None, "--kv-window", help="window: latest positions kept (profile's, 256)."),
-    kv_dtype: KVDtype = typer.Option(None, "--kv-dtype", help="KV rows: float32 (exact) or int8 (lossy, a quarter "
-                                     "of the bytes, per-channel scales calibrated here; cpu flavour); the profile's."),
+    kv_dtype: KVDtype = typer.Option(None, "--kv-dtype", help="KV rows: float32 (exact), float16 (lossy, half "
+                                     "the bytes) or int8 (lossy, a quarter, per-channel scales calibrated here); "
+                                     "cpu flavour; the profile's."),
     kv_calib: Path = typer.Option(None, "--kv-calib", help="Text to measure a lossy KV policy on against the full "
                                   "cache (mismatch rate, perplexity); quantize's default calibration text."),
     force: options.Force = False,

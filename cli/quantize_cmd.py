@@ -11,6 +11,7 @@ from specdec.cli import options
 from specdec.cli.console import RichProgress, err
 from specdec.cli.render import quality_table
 from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.profiles import DEFAULT_PROFILES, Transport
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 
 
@@ -21,10 +22,12 @@ def quantize(
                                help="Graphs to quantize, comma-separated: target, draft or both (default: every graph "
                                     "the bundle has). `--graphs draft` keeps the target, and so the output, bit for "
                                     "bit as it was, and makes each draft call read about a third of the bytes."),
-    format: str = typer.Option("nbits", "--format",
+    format: str = typer.Option(None, "--format",
                                help="nbits: MatMulNBits int4 (int8 head and first block); w8a8: per-channel int8 "
                                     "weights x per-row uint8 activations (standard MatMulInteger, int32 sums): "
-                                    "every row computed as if alone, a verify cost nearly flat in the tree size."),
+                                    "every row computed as if alone, a verify cost nearly flat in the tree size. "
+                                    "Default: the profile's quantize.format (local-cpu: w8a8), or nbits when a "
+                                    "setting only nbits has is given (--method awq/gptq, --group-size, ...)."),
     method: str = typer.Option(None, "--method",
                                help="awq | gptq | rtn, for both graphs (default: awq for nbits; w8a8 is rtn only)."),
     target_method: str = typer.Option(None, "--target-method", help="Override --method for the target."),
@@ -49,6 +52,12 @@ def quantize(
     calib_samples: int = typer.Option(128, "--calib-samples", help="Calibration windows."),
     calib_seq_len: int = typer.Option(128, "--calib-seq-len", help="Tokens per calibration window."),
     eval_file: Path = typer.Option(None, "--eval", help="Text for perplexity (default: held-out calibration slice)."),
+    eval_prompts: int = typer.Option(None, "--eval-prompts",
+                                     help="Prompts of the quality report's engine check (default: 8 up to 40M "
+                                          "parameters, fewer above, at least 1)."),
+    eval_new_tokens: int = typer.Option(None, "--eval-new-tokens",
+                                        help="Tokens per engine-check prompt (default: 32 up to 40M parameters, "
+                                             "fewer above, at least 4)."),
     max_ppl_increase: float = typer.Option(None, "--max-ppl-increase",
                                            help="Fail when a graph's perplexity rises by more than this percent."),
     quantize_embeddings: bool = typer.Option(
@@ -59,12 +68,14 @@ def quantize(
                                          help="w8a8 weight range: 7 (+-63, exact on every CPU) or 8 (+-127: only "
                                               "where no kernel sums pairs in saturating int16 — x86 with VNNI, "
                                               "arm64)."),
+    profile: options.Profile = None,
     seed: options.Seed = None,
     force: options.Force = False,
 ) -> None:
     """Quantize target and draft weights (INT4/INT8 MatMulNBits with RTN, GPTQ or AWQ, or w8a8) with a quality
     report."""
-    config = options.config_from(QuantizeConfig, locals(), keep_float=tuple(keep_float or ()))
+    config = options.config_from(QuantizeConfig, locals(), keep_float=tuple(keep_float or ()),
+                                 profile=profile or DEFAULT_PROFILES[Transport.local])
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="quantize"))
     report = result.manifest.reports["quantize"]
     assert result.manifest.quantization is not None

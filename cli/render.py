@@ -101,7 +101,9 @@ def plan_fit_line(plan: DevicePlan) -> str:
                  if plan.confirmed_speedup is not None else "")
     return (f"verify cost: {fit.intercept_ms:.2f} ms + {fit.ms_per_node:.3f} ms/node (worst residual of the line "
             f"{fit.max_residual * 100:.0f} %; the plan uses the measured curve), "
-            f"plain step {plan.plain_step_ms:.2f} ms{confirmed}" + "".join(f"\n{note}" for note in plan.notes))
+            f"plain step {plan.plain_step_ms:.2f} ms{confirmed}"
+            + (f", under the KV policy {plan.kv_policy}" if plan.kv_policy else "")
+            + "".join(f"\n{note}" for note in plan.notes))
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -121,11 +122,12 @@ def find_layers(model: onnx.ModelProto) -> list[Layer]:
     return layers
 
 
-def load_weight(model: onnx.ModelProto, layer: Layer) -> np.ndarray:
-    """The layer's weight as W[K, N] (x @ W), in its stored dtype."""
+def load_weight(model: onnx.ModelProto, layer: Layer, base_dir: Path | None = None) -> np.ndarray:
+    """The layer's weight as W[K, N] (x @ W), in its stored dtype; `base_dir`: where a structure-only
+    model's external data lies (the weight is read from there alone)."""
     for init in model.graph.initializer:
         if init.name == layer.weight:
-            array = numpy_helper.to_array(init)
+            array = numpy_helper.to_array(init, base_dir=str(base_dir) if base_dir is not None else "")
             return np.ascontiguousarray(array.T if layer.transposed else array)
     raise KeyError(layer.weight)
 

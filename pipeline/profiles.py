@@ -1,9 +1,10 @@
 """Device profiles and scenario templates (docs/design.md §7): YAML in `profiles/`, validated on load.
 
 A device profile says how to reach and measure a device (transport, remote dir, Python, threads,
-sensor paths with units and sign, thermal thresholds, power budget) and how to compile for it
-(max context, buckets, tree limits). A scenario template holds the DynamicTreePrune parameters
-and controller targets for one kind of prompt. Unknown keys are errors, choices are enums.
+sensor paths with units and sign, thermal thresholds, power budget), how to quantize for it (the
+default weight format) and how to compile for it (max context, buckets, tree limits). A scenario
+template holds the DynamicTreePrune parameters and controller targets for one kind of prompt.
+Unknown keys are errors, choices are enums.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pydantic import Field, model_validator
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, BanPolicy, DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype
-from specdec.pipeline.records.manifest import GraphFlavour
+from specdec.pipeline.records.manifest import GraphFlavour, WeightFormat
 from specdec.pipeline.strict_model import StrictModel, validate_model
 
 # Tree and prune defaults are DecodeConfig's (the one place they live); a profile or scenario
@@ -129,6 +130,13 @@ class CompileSpec(StrictModel):
         return self
 
 
+class QuantizeSpec(StrictModel):
+    # `specdec quantize`'s weight format when --format is left out: the one measured fastest among the
+    # exact ones on this device class (benchmarks/peers.py); nbits, which every onnxruntime build runs,
+    # where nothing was measured
+    format: WeightFormat = WeightFormat.nbits
+
+
 class TreeSpec(StrictModel):
     budget: int = Field(_DECODE.tree_budget, ge=1)  # nodes verified per round, root included
     depth: int = Field(_DECODE.depth, ge=1)
@@ -177,6 +185,7 @@ class DeviceProfile(StrictModel):
     thermal: ThermalSpec = Field(default_factory=ThermalSpec)
     power: PowerSpec = Field(default_factory=PowerSpec)
     compile: CompileSpec = Field(default_factory=CompileSpec)
+    quantize: QuantizeSpec = Field(default_factory=QuantizeSpec)
     tree: TreeSpec = Field(default_factory=TreeSpec)
     enable_threshold_ms: float = Field(150.0, ge=0)  # speculation pays off above this gain per reply
     compliance: ComplianceSpec = Field(default_factory=ComplianceSpec)

@@ -10,8 +10,8 @@ import numpy as np
 from specdec.pipeline.bundle import Bundle, Manifest
 from specdec.pipeline.graph_io import belongs_to
 from specdec.pipeline.records.codec import dump
-from specdec.pipeline.records.kv_policy import KVPolicy
-from specdec.pipeline.records.manifest import TensorSpec
+from specdec.pipeline.records.kv_policy import KVDtype, KVPolicy
+from specdec.pipeline.records.manifest import GraphFlavour, TensorSpec
 from specdec.pipeline.runtime.fused_kv import ROUND_ROWS
 from specdec.pipeline.runtime.memory import kv_bytes_per_token
 
@@ -92,12 +92,16 @@ def kv_cache(manifest: Manifest) -> dict[str, Any]:
     and one value row per layer, per role) and the slots a runner holds at most."""
     table = manifest.buckets
     policy = table.kv_policy if table is not None else KVPolicy()
+    itemsize = {KVDtype.int8: 1, KVDtype.float16: 2}
     per_token = {role: kv_bytes_per_token(g.num_layers, g.num_kv_heads, g.head_dim,
-                                          1 if policy.quantized else np.dtype(g.dtype).itemsize)
+                                          itemsize.get(policy.dtype, np.dtype(g.dtype).itemsize))
                  for role, g in manifest.graphs.items()}
     context = table.max_context if table is not None else min(g.max_position_embeddings
                                                               for g in manifest.graphs.values())
-    slots = policy.sinks + 2 * policy.window + ROUND_ROWS if policy.windowed else context
+    slots = context
+    if table is not None and policy.windowed:  # the npu flavour's ring of slots, the cpu flavour's buffers
+        slots = (table.contexts("target")[-1] if table.flavour is GraphFlavour.npu
+                 else policy.sinks + 2 * policy.window + ROUND_ROWS)
     return {"policy": policy.describe(manifest.graphs["target"].dtype), "lossy": policy.lossy,
             "bytes_per_token": per_token, "slots": slots, "bytes_held": sum(per_token.values()) * slots,
             "reply_positions": policy.positions(context)}

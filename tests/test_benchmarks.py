@@ -58,10 +58,11 @@ def test_adaptive_vs_fixed_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPa
 @pytest.mark.slow
 def test_toolchain_scale_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    _run(monkeypatch, "toolchain_scale.py", "--sizes", "tiny", "--stages", "export,surgery,quantize-rtn",
+    stages = ["export", "surgery", "quantize-rtn", "compile-cpu", "tune"]
+    _run(monkeypatch, "toolchain_scale.py", "--sizes", "tiny", "--stages", ",".join(stages),
          "--work", str(tmp_path), "--quantize-args", "--calib-samples 2 --calib-seq-len 32")
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
-    assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", "export", "surgery", "quantize-rtn"]
+    assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", *stages]
     assert all(row.endswith("| 0 |") for row in rows), rows
 
 
@@ -73,3 +74,23 @@ def test_constrained_tiny_run(bundle_factory, monkeypatch: pytest.MonkeyPatch,  
     report = json.loads(capsys.readouterr().out)
     assert set(report) == {"none", "ban mask", "ban refuse", "json_schema", "regex", "ban mask, draft unconstrained"}
     assert all(case["speculative_equals_plain"] for case in report.values())
+
+
+def test_realistic_growth_in_width_keeps_the_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    """benchmarks/realistic.py --hidden: wider, deeper, the demo target's logits (float rounding aside)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from specdec.pipeline.export.checkpoint import demo_dir
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from realistic import grow
+
+    source = AutoModelForCausalLM.from_pretrained(str(demo_dir("target")), dtype=torch.float32).eval()
+    grown = grow(layers=6, intermediate=1024, hidden=2 * source.config.hidden_size)
+    assert grown.config.hidden_size == 512 and grown.config.num_attention_heads == 16
+    ids = torch.randint(0, source.config.vocab_size, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected, got = source(ids).logits, grown(ids).logits
+    assert torch.equal(expected.argmax(-1), got.argmax(-1))
+    assert float((expected - got).abs().max()) < 1e-3

@@ -17,6 +17,13 @@ from specdec.pipeline.records.kv_policy import KVCache, KVDtype, KVPolicy
 from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
 
 
+def window_slots(policy: KVPolicy, largest_call: int) -> int:
+    """The KV slots of the npu flavour's variants under a window policy: the sinks, the window and
+    room for the rows of the rounds in flight (a draft's levels, a tree, a prompt chunk), twice the
+    largest call: a round's scratch rows stay until it commits (runtime/static_window.py)."""
+    return policy.sinks + policy.window + 2 * largest_call
+
+
 @dataclass(frozen=True)
 class CompileSettings:
     """A CompileConfig with the profile's defaults filled in and checked."""
@@ -46,7 +53,7 @@ class CompileSettings:
         if self.kv_policy.windowed:  # a full float cache leaves the record as it always was
             record.update(kv_cache=self.kv_policy.cache.value, kv_sinks=self.kv_policy.sinks,
                           kv_window=self.kv_policy.window)
-        if self.kv_policy.quantized:
+        if self.kv_policy.dtype is not KVDtype.float32:
             record["kv_dtype"] = self.kv_policy.dtype.value
         return record
 
@@ -101,9 +108,16 @@ class CompileConfig:
                 raise InputError(f"{setting('max_context')} {context} is not larger than the largest bucket "
                                  f"({largest})", f"raise {setting('max_context')} or use smaller buckets")
             contexts = (*(c for c in given if c < context), context)
+        policy = self._kv_policy(spec, flavour, context)
+        if flavour is GraphFlavour.npu and policy.windowed:
+            if self.context_buckets is not None:
+                raise InputError(f"{setting('context_buckets')} apply to {setting('kv_cache')} full only: a window "
+                                 "policy's variants span one fixed ring of slots",
+                                 f"drop {setting('context_buckets')}")
+            contexts = (window_slots(policy, max(*buckets, *draft, chunk)),)
         output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
         return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, output_format,
-                               self.profile, contexts, notes, kv_policy=self._kv_policy(spec, flavour, context),
+                               self.profile, contexts, notes, kv_policy=policy,
                                kv_calib=self.kv_calib)
 
     def _kv_policy(self, spec: profiles.CompileSpec, flavour: GraphFlavour, context: int) -> KVPolicy:
@@ -120,9 +134,6 @@ class CompileConfig:
             return KVPolicy(dtype=dtype)
         sinks = spec.kv_sinks if self.kv_sinks is None else self.kv_sinks
         window = spec.kv_window if self.kv_window is None else self.kv_window
-        if flavour is not GraphFlavour.cpu:
-            raise InputError(f"{setting('kv_cache')} window is built for the cpu flavour only",
-                             f"compile with {setting('target')} cpu, or {setting('kv_cache')} full")
         if sinks < 0 or window < 1 or sinks + window >= context:
             raise InputError(f"{setting('kv_sinks')} {sinks} + {setting('kv_window')} {window} must be at least 1 "
                              f"and below the max context ({context}): the window would keep everything",

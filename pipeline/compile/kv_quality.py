@@ -25,7 +25,7 @@ from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.manifest import GraphInfo
-from specdec.pipeline.runtime.runner import causal, no_scratch
+from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def calibration_tokens(tokenizer_dir: Path, path: Path | None) -> list[int]:
     return tokens
 
 
-def _logits(runner: FusedRunner, ids: np.ndarray) -> np.ndarray:
+def _logits(runner: Runner, ids: np.ndarray) -> np.ndarray:
     runner.reset()
     logits, _ = runner.forward(ids, np.arange(ids.size), no_scratch(ids.size), causal(ids.size))
     assert logits is not None
@@ -67,10 +67,25 @@ def measure(info: GraphInfo, reference: Path, graph: Path, max_context: int, pol
             windows: int = 4) -> dict[str, Any]:
     """The quality report of `policy` (the fused `graph`) against the full float cache (the fused
     `reference`, the same file unless the policy changed the graph) on up to `windows` windows of `tokens`."""
-    length = min(max_context, len(tokens))
     options = SessionOptions(threads=1)
     full = FusedRunner(info, reference, max_context, options)
     lossy = FusedRunner(info, graph, max_context, options, policy=policy)
+    return compare(full, lossy, info.dtype, max_context, policy, tokens, windows)
+
+
+def measure_dynamic(info: GraphInfo, max_context: int, policy: KVPolicy, tokens: list[int],
+                    windows: int = 4) -> dict[str, Any]:
+    """The quality report of a window `policy` run by the dynamic graph `info` (the npu flavour's
+    variants are that graph, and its window runner masks what the dynamic one masks)."""
+    options = SessionOptions(threads=1)
+    return compare(DynamicRunner(info, options), DynamicRunner(info, options, policy=policy), info.dtype,
+                   max_context, policy, tokens, windows)
+
+
+def compare(full: Runner, lossy: Runner, dtype: str, max_context: int, policy: KVPolicy, tokens: list[int],
+            windows: int = 4) -> dict[str, Any]:
+    """The quality report of the `lossy` runner (under `policy`) against the `full` one."""
+    length = min(max_context, len(tokens))
     reach = policy.sinks + policy.window if policy.windowed else 0  # positions before it are exact
     differ, past, nll_full, nll_policy = [], [], [], []
     for start in range(0, len(tokens) - length + 1, length)[:windows]:
@@ -85,7 +100,7 @@ def measure(info: GraphInfo, reference: Path, graph: Path, max_context: int, pol
     beyond = np.concatenate(past)
     perplexity_full, perplexity_policy = float(np.exp(all_full.mean())), float(np.exp(all_policy.mean()))
     report: dict[str, Any] = {
-        "policy": policy.describe(info.dtype), "windows": len(differ), "tokens": int(all_full.size),
+        "policy": policy.describe(dtype), "windows": len(differ), "tokens": int(all_full.size),
         "positions_past_reach": int(beyond.size),
         "mismatch_rate": float(np.concatenate(differ).mean()),
         "mismatch_rate_past_reach": float(beyond.mean()) if beyond.size else 0.0,

@@ -64,6 +64,10 @@ def compile_settings(config: CompileConfig, manifest: Manifest) -> CompileSettin
     settings = config.resolve(model_context)
     policy = settings.kv_policy
     for role, spec in manifest.graphs.items():
+        if policy.windowed and spec.decoder is not None and not spec.decoder.ropes:
+            raise InputError(f"{setting('kv_cache')} window needs rotary positions: the {role} "
+                             f"({spec.architecture}) learned its positions, which end at its "
+                             f"{spec.max_position_embeddings}", f"use {setting('kv_cache')} full")
         own = spec.decoder.window if spec.decoder is not None else None
         if policy.windowed and own is not None and own > policy.window:
             raise InputError(f"{setting('kv_window')} {policy.window} is narrower than the {role}'s own attention "

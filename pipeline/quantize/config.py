@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.records.manifest import WeightFormat as WeightFormat  # re-exported: the stage's choice
+
+log = logging.getLogger(__name__)
 
 # MatMulNBits block 128 is the fast layout; smaller blocks are the fallback for narrow layers.
 # accuracy_level 4 (int8 activation compute) is faster still, but it quantizes activations per
@@ -39,19 +43,6 @@ _OUTPUT_HEAD = ("lm_head", "embed_out", "output")
 GRAPH_ROLES = ("target", "draft")
 
 
-class WeightFormat(str, enum.Enum):
-    """How the quantized weights are stored and multiplied (docs/quantize.md).
-
-    nbits: com.microsoft MatMulNBits, blockwise int4 (int8 for the head and first block), float
-           or int8 (accuracy level 4) compute;
-    w8a8:  per-channel int8 weights x per-row dynamic uint8 activations, standard MatMulInteger
-           with int32 accumulation (pipeline/int8_matmul.py): row-invariant, exact by construction.
-    """
-
-    nbits = "nbits"
-    w8a8 = "w8a8"
-
-
 Choice = TypeVar("Choice", bound=enum.Enum)
 
 
@@ -75,6 +66,8 @@ def parse_format(value: WeightFormat | str) -> WeightFormat:
 DEFAULT_METHOD = {WeightFormat.nbits: "awq", WeightFormat.w8a8: "rtn"}
 FORMAT_METHODS = {WeightFormat.nbits: ("rtn", "gptq", "awq"), WeightFormat.w8a8: ("rtn",)}
 W8A8_WEIGHT_BITS = (7, 8)
+# Settings of the nbits format alone (besides awq/gptq): given while --format is left out, they select nbits.
+_NBITS_SETTINGS = ("group_size", "symmetric", "accuracy_level", "head_bits", "first_block_bits")
 
 
 class Method(str, enum.Enum):
@@ -94,7 +87,12 @@ class QuantizeConfig:
     # Quantizing only the draft keeps the target, and so every output token, bit for bit what it
     # was, while the draft (a weight-bandwidth bound call per tree level) reads a third of the bytes.
     graphs: tuple[str, ...] | None = None
-    format: WeightFormat = WeightFormat.nbits
+    # None: the `profile`'s quantize.format (the one measured fastest-exact on its device class), unless
+    # a setting only nbits has is given (_NBITS_ONLY: awq/gptq, a group size, ...), which selects nbits
+    format: WeightFormat | None = None
+    # the device profile whose default format applies (the command passes --profile, local-cpu when
+    # left out); None, as library callers that name no device leave it: nbits, which every build runs
+    profile: str | None = None
     method: Method | None = None  # None: the format's default (DEFAULT_METHOD)
     target_method: Method | None = None
     draft_method: Method | None = None
@@ -117,24 +115,25 @@ class QuantizeConfig:
     # w8a8 weight range: 7 bits (+-63) is exact on every CPU; 8 bits (+-127) only where no kernel
     # accumulates pairs in saturating int16 (x86 with VNNI, arm64): pipeline/int8_matmul.py
     w8a8_weight_bits: int = 7
-    # Size of the engine check in the quality report (prompts x new tokens, greedy).
-    eval_prompts: int = 8
-    eval_new_tokens: int = 32
+    # Size of the engine check in the quality report (prompts x new tokens, greedy); None: by the
+    # bundle's parameter count (quality.engine_check_size).
+    eval_prompts: int | None = None
+    eval_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "format", parse_format(self.format))
-        method = self.method if self.method is not None else DEFAULT_METHOD[self.format]
+        object.__setattr__(self, "format", self._resolve_format())
+        method = self.method if self.method is not None else DEFAULT_METHOD[self.weight_format]
         object.__setattr__(self, "method", parse_method(method))
         for key in ("target_method", "draft_method"):
             value = getattr(self, key)
             if value is not None:
                 object.__setattr__(self, key, parse_method(value, key))
-        accepted = FORMAT_METHODS[self.format]
+        accepted = FORMAT_METHODS[self.weight_format]
         for key in ("method", "target_method", "draft_method"):
             value = getattr(self, key)
             if value is not None and value.value not in accepted:
                 raise InputError(f"{setting(key)} {value.value} does not apply to {setting('format')} "
-                                 f"{self.format.value}", f"use {' or '.join(accepted)} (or leave it out)")
+                                 f"{self.weight_format.value}", f"use {' or '.join(accepted)} (or leave it out)")
         object.__setattr__(self, "keep_float", tuple(self.keep_float))
         if self.graphs is not None:
             graphs = self.graphs.split(",") if isinstance(self.graphs, str) else list(self.graphs)
@@ -164,7 +163,10 @@ class QuantizeConfig:
             (self.calib_seq_len < 8, f"{setting('calib_seq_len')} must be at least 8", fix),
             (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
              f"{setting('max_ppl_increase')} must be >= 0 (a percentage)", fix),
-            (self.eval_prompts < 1 or self.eval_new_tokens < 1, "the engine check needs prompts and tokens", fix),
+            (self.eval_prompts is not None and self.eval_prompts < 1,
+             f"{setting('eval_prompts')} must be at least 1", "pass 1 or more (or leave it out: by model size)"),
+            (self.eval_new_tokens is not None and self.eval_new_tokens < 1,
+             f"{setting('eval_new_tokens')} must be at least 1", "pass 1 or more (or leave it out: by model size)"),
         ]
         for failed, problem, hint in problems:
             if failed:
@@ -172,6 +174,37 @@ class QuantizeConfig:
         for path, key in ((self.calib, "calib"), (self.eval_file, "eval_file")):
             if path is not None and not Path(path).is_file():
                 raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        """The format to write (`format` as given, else resolved in __post_init__)."""
+        assert self.format is not None
+        return self.format
+
+    def _resolve_format(self) -> WeightFormat:
+        if self.format is not None:
+            return parse_format(self.format)
+        if self.profile is None:
+            return WeightFormat.nbits
+        from specdec.pipeline.profiles import load_device  # a profile is read only when one is named
+
+        default = load_device(self.profile).quantize.format
+        chosen = self._given_nbits_settings()
+        if default is not WeightFormat.nbits and chosen:
+            log.info("%s given: quantizing to nbits, not profile %s's default %s", ", ".join(map(setting, chosen)),
+                     self.profile, default.value)
+            return WeightFormat.nbits
+        return default
+
+    def _given_nbits_settings(self) -> list[str]:
+        """The settings only the nbits format has that were given (not at their defaults)."""
+        defaults = {f.name: f.default for f in fields(self)}
+        given = [key for key in _NBITS_SETTINGS if getattr(self, key) != defaults[key]]
+        for key in ("method", "target_method", "draft_method"):
+            value = getattr(self, key)
+            if value is not None and parse_method(value, key).value not in FORMAT_METHODS[WeightFormat.w8a8]:
+                given.append(key)
+        return given
 
     def roles_in(self, available: Iterable[str]) -> tuple[str, ...]:
         """The graphs to quantize among a bundle's `available` ones (all of them by default)."""
@@ -211,8 +244,8 @@ class QuantizeConfig:
         def file_record(path: Path | None) -> dict[str, str] | None:
             return None if path is None else {"path": str(path), "sha256": sha256_file(Path(path))}
 
-        w8a8 = {"format": self.format.value, "w8a8_weight_bits": self.w8a8_weight_bits} \
-            if self.format is WeightFormat.w8a8 else {}
+        w8a8 = {"format": self.weight_format.value, "w8a8_weight_bits": self.w8a8_weight_bits} \
+            if self.weight_format is WeightFormat.w8a8 else {}
         return {
             **w8a8,
             "graphs": None if self.graphs is None else list(self.graphs),

@@ -25,6 +25,26 @@ from specdec.pipeline.runtime.graph import Graph
 
 log = logging.getLogger(__name__)
 
+# The engine check decodes every prompt three times (float and quantized speculative, quantized
+# plain), one target verify per round, so it costs about prompts x new tokens x parameters. Full
+# size (8 x 32) up to 40M parameters; above, the tokens shrink in proportion to the parameters,
+# one prompt of at least 4 tokens at the least: at a 1.24B target the check is 1 x 8 (the float
+# model's 8 x 32 took 19m48s of a 22 min quantize at 0.1B; docs/quantize.md has the measurements).
+ENGINE_CHECK = (8, 32)  # prompts, new tokens at full size
+ENGINE_CHECK_BUDGET = ENGINE_CHECK[0] * ENGINE_CHECK[1] * 40_000_000  # parameter-tokens
+ENGINE_CHECK_MIN_TOKENS = 4
+
+
+def engine_check_size(parameters: int, prompts: int | None = None, new_tokens: int | None = None) -> tuple[int, int]:
+    """(prompts, new tokens) of the engine check for a target of `parameters` (0: unknown, full size);
+    given values are kept."""
+    full_prompts, full_tokens = ENGINE_CHECK
+    tokens = full_prompts * full_tokens if parameters <= 0 else ENGINE_CHECK_BUDGET // parameters
+    auto_prompts = max(1, min(full_prompts, tokens // full_tokens))
+    chosen_prompts = prompts if prompts is not None else auto_prompts
+    auto_tokens = max(ENGINE_CHECK_MIN_TOKENS, min(full_tokens, tokens // chosen_prompts))
+    return chosen_prompts, new_tokens if new_tokens is not None else auto_tokens
+
 
 def graph_bytes(root: Path, spec: GraphSpec) -> int:
     """The graph file, its external-data side file, and its tensors in the pair's shared file, if any."""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx.external_data_helper import load_external_data_for_model
 
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, input_digests
 from specdec.pipeline.errors import BundleError, InputError, setting
@@ -113,11 +114,13 @@ def _quantize_graph(model: onnx.ModelProto, source: Path, role: str, spec: Graph
                     stats = calibration.collect(graph, wanted_now, data.windows, config.seed, windows.advance)
             for plan in members:
                 rewrite, record = _quantize_layer(model, plan, stats.get(plan.layer.input), config, method.value,
-                                                  algorithm.run)
+                                                  algorithm.run, source.parent)
                 rewrites.append(rewrite)
                 layer_records[plan.layer.name] = record
                 task.advance()
     apply_rewrites(model, rewrites)
+    # the float weights that are left (embeddings, norms) come in now that the layers' are gone
+    load_external_data_for_model(model, str(source.parent))
     return GraphQuantization(
         method=method.value,
         group_size=config.group_size or "auto",
@@ -132,10 +135,10 @@ def _quantize_graph(model: onnx.ModelProto, source: Path, role: str, spec: Graph
 
 def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats | None, config: QuantizeConfig,
                     method: str, run: Callable[[np.ndarray, QuantSpec, LayerStats | None], QuantResult],
-                    ) -> tuple[Rewrite, LayerQuantization]:
+                    base_dir: Path) -> tuple[Rewrite, LayerQuantization]:
     assert plan.bits is not None and plan.block_size is not None
     layer = plan.layer
-    weight = load_weight(model, layer)
+    weight = load_weight(model, layer, base_dir)
     spec = QuantSpec(plan.bits, plan.block_size, config.symmetric, layer.dtype)
     result = run(weight, spec, stats)
     packed = pack(result.codes, result.scales, None if config.symmetric else result.zero_points, bits=plan.bits,
@@ -217,14 +220,16 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
-        quantize_graph, format_name, domain = FORMATS[config.format]
+        quantize_graph, format_name, domain = FORMATS[config.weight_format]
         plans = {role: plan_graph(find_layers(load_graph(source.graph_path(role), weights=False)), role, config)
                  for role in roles}
-        if config.format is WeightFormat.nbits:  # w8a8 is per channel: any width
+        if config.weight_format is WeightFormat.nbits:  # w8a8 is per channel: any width
             _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
+        prompts, new_tokens = quality.engine_check_size(max(s.parameters for s in manifest.graphs.values()),
+                                                        config.eval_prompts, config.eval_new_tokens)
         data = calibration.prepare(calib=config.calib, eval_file=config.eval_file, samples=config.calib_samples,
-                                   seq_len=config.calib_seq_len, prompts=config.eval_prompts, seed=config.seed,
+                                   seq_len=config.calib_seq_len, prompts=prompts, seed=config.seed,
                                    encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()))
         # graphs left out of --graphs are copied byte for byte (the bundle's hashes show it)
         writer.copy_from(source, exclude=graph_files(source.manifest.files,
@@ -232,7 +237,10 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         records: dict[str, GraphQuantization] = {}
         for role in roles:
             spec = manifest.graphs[role]
-            model = load_graph(source.graph_path(role))
+            # nbits reads each layer's weight from the source's files when its turn comes and the rest
+            # after the layers are replaced: the float graph is never in memory beside the calibration
+            # probe's onnxruntime session (5 GB each at 1.24B)
+            model = load_graph(source.graph_path(role), weights=config.format is not WeightFormat.nbits)
             records[role] = quantize_graph(model, source.graph_path(role), role, spec, plans[role], config, data,
                                            writer.dir, progress)
             out = writer.dir / spec.file
@@ -243,7 +251,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         manifest.quantization = Quantization(format=format_name, domain=domain, graphs=records)
         # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
         (writer.dir / MANIFEST_NAME).write_text(manifest.to_json())
-        report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=config.eval_new_tokens,
+        report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=new_tokens,
                                   progress=progress, quantized=roles)
         manifest.reports["quantize"] = report
         quality.enforce(report, config.max_ppl_increase)

@@ -13,6 +13,9 @@ cache; that needs keys re-rotated as the window moves, which the fused kernels' 
 rules out). A reply may run to `POSITIONS_PER_CONTEXT` × max_context positions: the rotary tables
 are built that long. Layers that have a window of their own (Gemma 3, Mistral) keep it.
 
+`float16` stores the rows in half precision; GroupQueryAttention then runs in float16 (cast
+around it), so a call's own rows are seen as they are stored.
+
 `int8` stores every key and value row as int8 with one static scale per layer, KV head and channel
 (onnxruntime's GroupQueryAttention quantizes rows as it writes them and dequantizes inside the
 attention), the scales calibrated at compile time.
@@ -32,6 +35,7 @@ POSITIONS_PER_CONTEXT = 8
 
 class KVDtype(str, enum.Enum):
     float32 = "float32"  # the graphs' own dtype: exact
+    float16 = "float16"  # half the bytes; the attention runs in float16 (lossy)
     int8 = "int8"  # per-channel int8 rows, static scales calibrated at compile time (lossy)
 
 
@@ -74,4 +78,4 @@ class KVPolicy:
     def describe(self, dtype: str) -> str:
         """"full float32", "window S=4 W=256 float32"."""
         shape = f"window S={self.sinks} W={self.window}" if self.windowed else "full"
-        return f"{shape} {self.dtype.value if self.quantized else dtype}"
+        return f"{shape} {dtype if self.dtype is KVDtype.float32 else self.dtype.value}"

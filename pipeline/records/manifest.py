@@ -103,6 +103,20 @@ class GraphQuantization:
 W8A8_FORMAT = "w8a8"
 
 
+class WeightFormat(str, enum.Enum):
+    """How `specdec quantize` stores and multiplies the weights (docs/quantize.md); a record because
+    device profiles name their default (profiles.QuantizeSpec) as well as the quantize stage.
+
+    nbits: com.microsoft MatMulNBits, blockwise int4 (int8 for the head and first block), float
+           or int8 (accuracy level 4) compute;
+    w8a8:  per-channel int8 weights x per-row dynamic uint8 activations, standard MatMulInteger
+           with int32 accumulation (pipeline/int8_matmul.py): row-invariant, exact by construction.
+    """
+
+    nbits = "nbits"
+    w8a8 = W8A8_FORMAT
+
+
 @dataclass
 class Quantization:
     format: str  # the operator the weights are stored for: MatMulNBits, or w8a8 (standard MatMulInteger)

@@ -63,6 +63,9 @@ class DevicePlan:
     # (tuning keeps a tree only if it measured faster); None: not confirmed, or plain decoding
     confirmed_speedup: float | None = None
     notes: list[str] = field(default_factory=list)  # what tuning decided beyond the model (candidates not kept)
+    # the KV cache policy the costs were measured under ("window S=4 W=256 float32"): a policy is
+    # part of the compiled target, so a plan's costs hold for that policy only
+    kv_policy: str | None = field(default=None, metadata=OMIT_DEFAULT)
 
     def decode_settings(self) -> dict[str, Any]:
         """The decode settings this plan chose, by DecodeConfig field name."""

@@ -25,7 +25,7 @@ from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.memory import kv_bytes_per_token, peak_rss_kb, reset_peak, rss_kb
 from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.runtime.stats import Reply
-from specdec.pipeline.runtime.tune.measure import apply_choice, device_plan, run_request
+from specdec.pipeline.runtime.tune.measure import apply_choice, device_plan, kv_policy_of, run_request
 
 EVENTS = "events.jsonl"
 MODES = ("plain", "speculative")
@@ -99,7 +99,8 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
                                 on_step=lambda step: print(f"progress tune {step}", flush=True))
             plan = device_plan(tuned, device=spec.tune.device, threads=spec.threads,
                                exact_layout=configs["speculative"].exact_layout,
-                               created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))
+                               created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                               kv_policy=kv_policy_of(engine.info))
             log.write({"type": "tune", "plan": to_dict(plan)})
             configs["speculative"] = apply_choice(configs["speculative"], tuned.plan.choice,
                                                   frozenset(spec.tune.pinned))

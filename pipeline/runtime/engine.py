@@ -82,6 +82,10 @@ def make_runner(info: GraphInfo, bundle: BundleInfo, options: SessionOptions) ->
                               "re-run `specdec compile`")
         return FusedRunner(info, bundle.path / graph.runtime_file, buckets.max_context, options,
                            policy=buckets.kv_policy)
+    if buckets.kv_policy.windowed:  # one fixed ring of slots, rows placed by the runner
+        from specdec.pipeline.runtime.static_window import StaticWindowRunner
+
+        return StaticWindowRunner(info, bundle, options)
     from specdec.pipeline.runtime.static import StaticRunner
 
     return StaticRunner(info, bundle, options)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.errors import GenerationError, setting
-from specdec.pipeline.records.kv_policy import KVPolicy
+from specdec.pipeline.records.kv_policy import KVDtype, KVPolicy
 from specdec.pipeline.runtime.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
 from specdec.pipeline.runtime.fused_kv import LayerGroup
 from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, make_session
@@ -43,8 +43,9 @@ class FusedRunner:
         policy = policy or KVPolicy()
         self.policy = policy
         capacity = policy.positions(capacity)
-        # an int8 policy's graphs read and write int8 rows (GroupQueryAttention scales them)
-        self.kv_dtype = np.dtype(np.int8) if policy.quantized else np.dtype(info.dtype)
+        # an int8 policy's graphs read and write int8 rows (GroupQueryAttention scales them), a float16 one's half
+        self.kv_dtype = np.dtype(np.int8) if policy.quantized else np.dtype(np.float16) \
+            if policy.dtype is KVDtype.float16 else np.dtype(info.dtype)
         self.session = make_session(path, options or SessionOptions(), threads_by_size=False)
         inputs = {i.name: i for i in self.session.get_inputs()}
         self.outputs = {o.name for o in self.session.get_outputs()}

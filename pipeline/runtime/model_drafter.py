@@ -71,6 +71,10 @@ class ModelDrafter:
     def fit(self, plan: RoundPlan) -> RoundPlan:
         # the draft feeds pending + root, then at most `width` nodes per further level
         room = self.runner.max_context - self.runner.length - len(self.pending) - 1
+        # a window policy's static slots hold the round's scratch rows beside the window
+        round_room = getattr(self.runner, "round_room", None)
+        if round_room is not None:
+            room = min(room, round_room(len(self.pending) + 1))
         depth = min(plan.depth, 1 + room // max(plan.width, 1)) if room >= 0 else 0
         return RoundPlan(plan.budget, depth, plan.width, plan.beta_base)
 

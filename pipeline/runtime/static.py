@@ -80,8 +80,9 @@ class StaticRunner:
         self.kv_dtype = self.dtype
         self.mask_min = np.finfo(self.dtype).min
         self._heads, self._head_dim = info.num_kv_heads, info.head_dim
-        # one block per layer and kind; each context bucket is a contiguous prefix view of it
-        self._blocks = [np.zeros(self._heads * self.capacity * self._head_dim, self.dtype)
+        # one block per layer and kind (the largest context bucket's slots: max_context for the full
+        # cache); each context bucket is a contiguous prefix view of it
+        self._blocks = [np.zeros(self._heads * self.contexts[-1] * self._head_dim, self.dtype)
                         for _ in range(2 * info.num_layers)]
         self._views: dict[int, list[np.ndarray]] = {}
         self._view_values: dict[int, list[Any]] = {}
@@ -242,9 +243,7 @@ class StaticRunner:
         positions = np.asarray(positions).reshape(-1)
         feeds["position_ids"][0, :q] = positions
         feeds["position_ids"][0, q:] = positions[-1]
-        self._fill_mask(bucket.mask[0, 0], q, bucket.context, scratch_visible, new_visible)
-        if SLIDING_MASK in feeds:
-            self._fill_sliding(feeds[SLIDING_MASK][0, 0], bucket, positions)
+        self._fill_masks(bucket, q, positions, scratch_visible, new_visible)
         for name, default in bucket.defaults.items():
             _fill_rows(feeds[name], extra_inputs.get(name, default), name)
         bucket.session.run_with_iobinding(bucket.binding)
@@ -252,11 +251,7 @@ class StaticRunner:
         for name in extra_outputs:
             value = bucket.arrays[name]
             extras[name] = (value[:q] if value.ndim >= 1 and value.shape[0] == size else value).copy()
-        start = self._length + self._scratch
-        for buffer, new in zip(self.buffers, bucket.new_kv, strict=True):
-            buffer[:, :, start : start + q] = new[:, :, :q]
-        self._scratch += q
-        self._scratch_positions = np.concatenate([self._scratch_positions, positions])
+        self._store(bucket, q, positions)
         self.padding_waste += pad
         self.rows_computed += size
         logits = bucket.arrays["logits"][0, :q].copy() if with_logits else None
@@ -264,6 +259,20 @@ class StaticRunner:
         self.last_bytes_out = (logits.nbytes if logits is not None else 0) + sum(v.nbytes for v in extras.values()) \
             + sum(new[:, :, :q].nbytes for new in bucket.new_kv)
         return logits, extras
+
+    def _store(self, bucket: _Bucket, q: int, positions: np.ndarray) -> None:
+        """Write the call's q new rows into the scratch slots after the committed and scratch ones."""
+        start = self._length + self._scratch
+        for buffer, new in zip(self.buffers, bucket.new_kv, strict=True):
+            buffer[:, :, start : start + q] = new[:, :, :q]
+        self._scratch += q
+        self._scratch_positions = np.concatenate([self._scratch_positions, positions])
+
+    def _fill_masks(self, bucket: _Bucket, q: int, positions: np.ndarray, scratch_visible: np.ndarray,
+                    new_visible: np.ndarray) -> None:
+        self._fill_mask(bucket.mask[0, 0], q, bucket.context, scratch_visible, new_visible)
+        if SLIDING_MASK in bucket.feeds:
+            self._fill_sliding(bucket.feeds[SLIDING_MASK][0, 0], bucket, positions)
 
     def _fill_mask(self, mask: np.ndarray, q: int, context: int, scratch_visible: np.ndarray,
                    new_visible: np.ndarray) -> None:

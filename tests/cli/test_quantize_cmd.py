@@ -53,3 +53,16 @@ def test_bad_options(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no
         assert result.exit_code == 2, (extra, result.output)
         assert message in " ".join(result.output.split()), (extra, result.output)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_profiles_format_is_the_default_and_the_flag_wins(bundle_factory, tmp_path: Path  # type: ignore[no-untyped-def]
+                                                              ) -> None:
+    source = str(bundle_factory("llama").path)
+    small = ["--calib-samples", "4", "--calib-seq-len", "32"]
+    formats = {}
+    for name, extra in (("default", []), ("flag", ["--format", "nbits", "--method", "rtn"])):
+        result = runner.invoke(app, ["quantize", source, "-o", str(tmp_path / name), *small, *extra], env=WIDE)
+        assert result.exit_code == 0, (name, result.output)
+        formats[name] = json.loads((tmp_path / name / "manifest.json").read_text())["quantization"]["format"]
+    # local-cpu (the default profile) states w8a8; the flag gives MatMulNBits (phone profiles: test_config.py)
+    assert formats == {"default": "w8a8", "flag": "MatMulNBits"}

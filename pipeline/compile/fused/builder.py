@@ -207,6 +207,28 @@ class _Decoder:
     ropes: dict[str, tuple[str, str]]  # rotary table -> (cos, sin) initializer names
     # an int8 KV cache: per layer, the key and value scales [kv_heads, 1, head_dim]
     kv_scales: list[tuple[np.ndarray, np.ndarray]] | None = None
+    # a float16 KV cache on float32 activations: the attention runs in float16. onnxruntime 1.32's
+    # CPU kernel accepts a float16 cache beside float32 q/k/v, but attends over a call's own rows
+    # before rounding them: a tree's nodes would see their ancestors at float32 where a later step
+    # sees them at float16, so speculation would not equal plain decoding. In float16 throughout,
+    # every row is seen as it is stored.
+    half: bool = False
+    _half_inputs: dict[str, str] = field(default_factory=dict)  # float32 graph input or table -> its float16 twin
+
+    def to_half(self, name: str, base: str) -> str:
+        """`name` cast to float16; graph inputs and tables (shared by the layers) once."""
+        if not name:
+            return name
+        if name in self._half_inputs:
+            return self._half_inputs[name]
+        source = name
+        if name.endswith("attention_bias"):  # the float32 minimum would overflow to -inf
+            low = self.emit.const(f"{name}.half_min", np.array(np.finfo(np.float16).min, np.float32))
+            source = self.emit.node("Clip", [name, low], 1, f"{name}/clip_half")[0]
+        cast = self.emit.node("Cast", [source], 1, f"{base}/to_half", to=TensorProto.FLOAT16)[0]
+        if not base.startswith("layers."):
+            self._half_inputs[name] = cast
+        return cast
 
     @property
     def record(self) -> Decoder:
@@ -268,13 +290,18 @@ class _Decoder:
             quantized = ["", emit.const(f"{base}.k_scale", key_scale.astype(np.float32)),
                          emit.const(f"{base}.v_scale", value_scale.astype(np.float32))]
             attrs.update(k_quant_type="PER_CHANNEL", v_quant_type="PER_CHANNEL", kv_cache_bit_width=8)
+        if self.half:
+            inputs = [self.to_half(name, f"{base}/{tag}") for name, tag in zip(inputs, ("q", "k", "v"), strict=True)]
+            cos, sin, bias = self.to_half(cos, cos), self.to_half(sin, sin), self.to_half(bias, bias)
+        gqa_inputs = [*inputs, f"past_key_values.{index}.key", f"past_key_values.{index}.value", seqlens, total, cos,
+                      sin, "position_ids" if rope is not None else "", bias, *quantized]
         attended = emit.node(
-            "GroupQueryAttention",
-            [*inputs, f"past_key_values.{index}.key", f"past_key_values.{index}.value", seqlens, total, cos, sin,
-             "position_ids" if rope is not None else "", bias, *quantized],
+            "GroupQueryAttention", gqa_inputs,
             [emit.name(f"{base}/attn_out"), f"present.{index}.key", f"present.{index}.value"], f"{base}/attn",
             domain=MS_DOMAIN, **attrs,
         )[0]
+        if self.half:
+            attended = emit.node("Cast", [attended], 1, f"{base}/attn_out_float", to=TensorProto.FLOAT)[0]
         return emit.linear(attended, layer.o, f"{base}/o_proj")
 
     def mlp(self, x: str, layer: DecoderLayer, index: int) -> str:
@@ -317,9 +344,11 @@ def _embed(emit: _Emitter, weights: DecoderWeights) -> str:
 
 
 def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18,
-                  kv_scales: list[tuple[np.ndarray, np.ndarray]] | None = None) -> onnx.ModelProto:
+                  kv_scales: list[tuple[np.ndarray, np.ndarray]] | None = None,
+                  half_kv: bool = False) -> onnx.ModelProto:
     """The fused graph of `weights` under the contract in this module's docstring; with `kv_scales`
-    (per layer: key and value scales [kv_heads, 1, head_dim]) its KV buffers are int8."""
+    (per layer: key and value scales [kv_heads, 1, head_dim]) its KV buffers are int8, with
+    `half_kv` float16 (a float32 graph's attention then runs in float16)."""
     record = weights.decoder
     reason = fused_blocker(record, weights.head_dim)
     if reason is not None:
@@ -332,8 +361,9 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     for name, rope in record.ropes.items():
         cos, sin = _rotary_caches(rope, max_positions, weights.dtype)
         ropes[name] = (emit.const(f"cos_cache.{name}", cos), emit.const(f"sin_cache.{name}", sin))
-    decoder = _Decoder(emit, weights, ropes, kv_scales)
-    kv_elem = TensorProto.INT8 if kv_scales is not None else elem
+    half = half_kv and elem != TensorProto.FLOAT16  # a float16 graph's cache is float16 already
+    decoder = _Decoder(emit, weights, ropes, kv_scales, half)
+    kv_elem = TensorProto.INT8 if kv_scales is not None else TensorProto.FLOAT16 if half_kv else elem
     hidden = _embed(emit, weights)
     branch: str | None = None  # the last sublayer's output, still to be added to `hidden`
     for index, layer in enumerate(weights.layers):

@@ -25,8 +25,9 @@ from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import describe_io, load_graph, save_graph
-from specdec.pipeline.passes import BY_ROLE
+from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.records.kv_policy import KVDtype
 from specdec.pipeline.records.manifest import BucketTable, FusedGraph, GraphFlavour, OutputFormat
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.graph import SessionOptions
@@ -47,27 +48,23 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
 
 
 def _build(weights: Any, role: str, custom: Any, positions: int,
-           kv_scales: list[tuple[Any, Any]] | None = None) -> onnx.ModelProto:
+           kv_scales: list[tuple[Any, Any]] | None = None, half_kv: bool = False) -> onnx.ModelProto:
     """The fused graph of `role` with the op surgery put after the logits, after the new logits."""
-    model = build_decoder(weights, max_positions=positions, kv_scales=kv_scales)
+    model = build_decoder(weights, max_positions=positions, kv_scales=kv_scales, half_kv=half_kv)
     if custom is not None:
-        rule = BY_ROLE[role]
-        reason = rule.check(model)
-        if reason is not None:
-            raise BundleError(f"cannot re-insert {custom.op} into the fused {role} graph: {reason}",
-                              "report this with SPECDEC_DEBUG=1 output")
-        rule.apply(model, **custom.attributes)
+        reinsert(model, role, custom.op, custom.attributes, f"the fused {role} graph")
     return model
 
 
-def _int8_graph(weights: Any, role: str, custom: Any, positions: int, scales: list[tuple[Any, Any]], path: Path,
-                info: Any, settings: CompileSettings, tokens: list[int], report: dict[str, Any]) -> dict[str, int]:
-    """Replace the float graph at `path` by its int8-KV twin (measured against it for the target);
-    the twin is written next to it first under the same file names, so its external data's
-    location stays valid when it moves into place."""
-    staged = path.parent / "int8" / path.name
+def _kv_dtype_graph(weights: Any, role: str, custom: Any, positions: int, scales: list[tuple[Any, Any]] | None,
+                    path: Path, info: Any, settings: CompileSettings, tokens: list[int],
+                    report: dict[str, Any]) -> dict[str, int]:
+    """Replace the float graph at `path` by its twin with int8 (`scales`) or float16 KV rows
+    (measured against it for the target); the twin is written next to it first under the same
+    file names, so its external data's location stays valid when it moves into place."""
+    staged = path.parent / settings.kv_policy.dtype.value / path.name
     staged.parent.mkdir()
-    model = _build(weights, role, custom, positions, scales)
+    model = _build(weights, role, custom, positions, scales, half_kv=scales is None)
     ops = _op_counts(model)
     save_graph(model, staged)
     del model
@@ -114,7 +111,9 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                       if settings.kv_policy.lossy else [])
             if settings.kv_policy.quantized:  # int8 rows: scales from the float graph's own keys and values
                 scales = calibrate_scales(runner, tokens, settings.max_context)
-                ops = _int8_graph(weights, role, custom, positions, scales, path, info, settings, tokens, report)
+                ops = _kv_dtype_graph(weights, role, custom, positions, scales, path, info, settings, tokens, report)
+            elif settings.kv_policy.dtype is KVDtype.float16:
+                ops = _kv_dtype_graph(weights, role, custom, positions, None, path, info, settings, tokens, report)
             elif settings.kv_policy.lossy and role == "target":  # what the window costs against the full cache
                 report["kv_quality"] = kv_quality.measure(info, path, path, settings.max_context, settings.kv_policy,
                                                           tokens)

@@ -14,6 +14,10 @@ as `attention_mask`), which the runtime fills from the slots' positions: exact p
 Its windowed layers keep the context bucket's rows like every layer (one static KV shape per
 variant, what these runtimes take); bounding them as the cpu flavour does would need variants
 with a second, window-sized KV shape.
+
+A window KV policy (records/kv_policy.py) is the same graphs over one context: a ring of
+S + W + room-for-a-round slots (compile/config.py `window_slots`), in which the runtime places rows
+and masks by position (runtime/static_window.py).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import onnx
 
 from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
+from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
 from specdec.pipeline.compile.optimize import ort_optimize, simplify, to_ort_format
 from specdec.pipeline.compile.static.graph import dynamic_dims, make_static, strip_custom_ops
@@ -34,9 +39,10 @@ from specdec.pipeline.compile.static.shared_weights import SharedWeights
 from specdec.pipeline.compile.static.validate import BucketValidator
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graph_io import describe_io, load_graph
-from specdec.pipeline.passes import BY_ROLE
+from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, GraphFlavour, OutputFormat
+from specdec.pipeline.runtime.manifest import read_bundle
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +67,7 @@ def _variant(source: Path, role: str, q: int, capacity: int, spec: GraphSpec, cu
     model = ort_optimize(model, scratch)
     record = custom.graphs.get(role) if custom is not None else None
     if record is not None:  # re-insert the custom op the source bundle had
-        rule = BY_ROLE[role]
-        reason = rule.check(model)
-        if reason is not None:
-            raise BundleError(f"cannot re-insert {record.op} into the {role} q={q} variant: {reason}",
-                              "report this with SPECDEC_DEBUG=1 output")
-        rule.apply(model, **record.attributes)
+        reinsert(model, role, record.op, record.attributes, f"the {role} q={q} variant")
     left = dynamic_dims(model)
     if left:
         raise BundleError(f"{role} q={q} variant still has dynamic dims in {left}", "report this bug")
@@ -136,11 +137,17 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
         weights = {}
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=settings.prefill_chunk,
                                    format=settings.format, profile=settings.profile, graphs=table,
-                                   flavour=GraphFlavour.npu, weights=weights)
+                                   flavour=GraphFlavour.npu, weights=weights, kv_policy=settings.kv_policy)
     manifest.reports["compile"] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": validation,
                                    "simplify": simplify_notes, "readiness": ready,
                                    "context_buckets": list(settings.context_buckets), "sizes": sizes,
                                    "notes": notes}
+    if settings.kv_policy.lossy:  # what the window costs against the full cache
+        with progress.task("measuring the KV policy against the full cache"):
+            tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
+            info = read_bundle(source.path).graphs["target"]
+            manifest.reports["compile"]["kv_quality"] = kv_quality.measure_dynamic(
+                info, settings.max_context, settings.kv_policy, tokens)
 
 
 def _ort_size_note(sizes: dict[str, Any]) -> str:

@@ -29,8 +29,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
+from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice, TuneRequest
 from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.runtime.manifest import BundleInfo
 from specdec.pipeline.runtime.rng import Randomness
 from specdec.pipeline.runtime.runner import no_scratch, prefill
 from specdec.pipeline.runtime.stats import DRAFT, PRUNE, VERIFY, RoundStats
@@ -342,7 +344,14 @@ def run_request(engine: Engine, request: TuneRequest, config: DecodeConfig,
     return tune(engine, request.prompts, config, settings, budgets=request.budgets, on_step=on_step)
 
 
-def device_plan(result: TuneResult, *, device: str, threads: int, exact_layout: bool, created: str) -> DevicePlan:
+def kv_policy_of(info: BundleInfo) -> str:
+    """The KV cache policy a bundle's graphs decode under, as a plan records it."""
+    table = info.buckets
+    return (table.kv_policy if table is not None else KVPolicy()).describe(info.graphs["target"].dtype)
+
+
+def device_plan(result: TuneResult, *, device: str, threads: int, exact_layout: bool, created: str,
+                kv_policy: str | None = None) -> DevicePlan:
     """The manifest record of a tuning result."""
     intercept, slope, residual = result.verify.linear_fit()
 
@@ -358,4 +367,4 @@ def device_plan(result: TuneResult, *, device: str, threads: int, exact_layout: 
         candidates=[choice(c) for c in result.plan.candidates],
         calibration_rounds=sum(len(c.rounds) for c in result.calibrations), tune_seconds=round(result.seconds, 2),
         confirmed_speedup=None if result.confirmed_speedup is None else round(result.confirmed_speedup, 4),
-        notes=list(result.notes))
+        notes=list(result.notes), kv_policy=kv_policy)

@@ -131,8 +131,8 @@ def test_bad_policies_are_one_line_errors(surgered_bundle, tmp_path: Path) -> No
                                      kv_cache=KVCache.window, kv_window=CONTEXT), surgered_bundle)
     with pytest.raises(InputError, match="cpu flavour only"):
         compile_bundle(CompileConfig(output=tmp_path / "b", target=GraphFlavour.npu, max_context=CONTEXT,
-                                     buckets=(8,), draft_buckets=(4,), prefill_chunk=16, context_buckets=(),
-                                     kv_cache=KVCache.window, kv_window=8), surgered_bundle)
+                                     buckets=(8,), draft_buckets=(4,), prefill_chunk=16,
+                                     kv_cache=KVCache.window, kv_window=8, kv_dtype=KVDtype.int8), surgered_bundle)
     with pytest.raises(InputError, match="applies to .*window only"):
         compile_bundle(CompileConfig(output=tmp_path / "c", target=GraphFlavour.cpu, kv_sinks=2), surgered_bundle)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -210,3 +210,33 @@ def test_window_and_int8_combine(surgered_bundle, tmp_path: Path) -> None:  # ty
     plain = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=2 * CONTEXT, speculative=False))
     spec = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=2 * CONTEXT))
     assert spec.output_ids == plain.output_ids and len(plain.output_ids) == 2 * CONTEXT
+
+
+@pytest.fixture(scope="module")
+def half(surgered_bundle, tmp_path_factory) -> Bundle:  # type: ignore[no-untyped-def]
+    config = CompileConfig(output=tmp_path_factory.mktemp("kv") / "half", target=GraphFlavour.cpu, max_context=CONTEXT,
+                           format=OutputFormat.onnx, kv_dtype=KVDtype.float16)
+    return compile_bundle(config, surgered_bundle)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_float16_rows_are_half_the_bytes_and_speculation_stays_exact(half: Bundle, bench_bundle_cpu: Bundle,
+                                                                     exact: bool) -> None:
+    """float16 rows: the attention runs in float16, so a tree's rows are seen as a later step sees
+    them (onnxruntime's kernel would otherwise attend over a call's own rows at float32)."""
+    table = half.manifest.buckets
+    assert table is not None and table.kv_policy.dtype is KVDtype.float16 and table.kv_policy.lossy
+    assert half.manifest.lineage[-1].config["kv_dtype"] == "float16"
+    quality = half.manifest.reports["compile"]["kv_quality"]
+    assert quality["policy"] == "full float16" and 0 <= quality["mismatch_rate"] <= 1
+    assert abs(quality["perplexity_delta"]) < 0.1 * quality["perplexity_full"]
+    engine, float_engine = Engine(half.path), Engine(bench_bundle_cpu.path)
+    assert isinstance(engine.target, FusedRunner) and engine.target.kv_dtype == np.float16
+    per_row = engine.target.kv_bytes / engine.target.max_context
+    assert per_row == 0.5 * float_engine.target.kv_bytes / float_engine.target.max_context
+    engine.eos = set()
+    for prompt in ([5, 6, 7], list(range(3, 30))):
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=30, speculative=False, exact_layout=exact))
+        for drafter in (DrafterKind.model, DrafterKind.lookup):
+            spec = engine.generate(prompt, DecodeConfig(max_new_tokens=30, drafter=drafter, exact_layout=exact))
+            assert spec.output_ids == plain.output_ids, (prompt, drafter)

@@ -1,10 +1,15 @@
-"""QuantizeConfig decisions that need no graph: embedding tables by vocabulary size."""
+"""QuantizeConfig decisions that need no graph: embedding tables by vocabulary size, the weight format,
+engine-check size."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from specdec.pipeline.quantize.config import LARGE_VOCAB, QuantizeConfig
+import pytest
+
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.quantize.config import LARGE_VOCAB, QuantizeConfig, WeightFormat
+from specdec.pipeline.quantize.quality import engine_check_size
 
 
 def test_embeddings_are_quantized_by_default_from_32k_tokens(tmp_path: Path) -> None:
@@ -16,3 +21,43 @@ def test_embeddings_are_quantized_by_default_from_32k_tokens(tmp_path: Path) -> 
     assert (auto.embedding_bits_for("target", "model.embed_tokens"), auto.embedding_bits_for("draft", "x")) == (8, 4)
     assert QuantizeConfig(output=tmp_path, keep_float=("model.embed_*",)).embedding_bits_for(
         "target", "model.embed_tokens") is None
+
+
+def test_the_format_left_out_is_the_profiles(tmp_path: Path) -> None:
+    """local-cpu states w8a8 (measured fastest-exact there), the phone profiles nbits; no profile: nbits."""
+    assert QuantizeConfig(output=tmp_path).weight_format is WeightFormat.nbits
+    assert QuantizeConfig(output=tmp_path, profile="local-cpu").weight_format is WeightFormat.w8a8
+    assert QuantizeConfig(output=tmp_path, profile="local-cpu").record()["format"] == "w8a8"
+    assert QuantizeConfig(output=tmp_path, profile="pixel-8").weight_format is WeightFormat.nbits
+    # rtn is w8a8's own method: it keeps the profile's format
+    assert QuantizeConfig(output=tmp_path, profile="local-cpu", method="rtn").weight_format is WeightFormat.w8a8
+
+
+def test_an_explicit_format_or_an_nbits_setting_wins_over_the_profile(tmp_path: Path) -> None:
+    explicit = QuantizeConfig(output=tmp_path, profile="local-cpu", format="nbits")
+    assert explicit.weight_format is WeightFormat.nbits and explicit.method_for("target").value == "awq"
+    assert "format" not in explicit.record()  # nbits lineage records are what they were before profiles had one
+    for setting in ({"method": "gptq"}, {"draft_method": "awq"}, {"group_size": 32}, {"symmetric": True},
+                    {"accuracy_level": 4}, {"head_bits": 4}, {"first_block_bits": 4}):
+        config = QuantizeConfig(output=tmp_path, profile="local-cpu", **setting)  # type: ignore[arg-type]
+        assert config.weight_format is WeightFormat.nbits, setting
+    with pytest.raises(InputError, match="method gptq does not apply to format w8a8"):
+        QuantizeConfig(output=tmp_path, profile="local-cpu", format="w8a8", method="gptq")
+    with pytest.raises(InputError, match="unknown device profile 'nowhere'"):
+        QuantizeConfig(output=tmp_path, profile="nowhere")
+
+
+def test_engine_check_shrinks_with_the_parameter_count() -> None:
+    assert engine_check_size(0) == engine_check_size(4_000_000) == engine_check_size(40_000_000) == (8, 32)
+    assert engine_check_size(134_515_008) == (2, 32)  # SmolLM2-135M shape
+    assert engine_check_size(494_032_768) == (1, 20)  # Qwen2.5-0.5B shape
+    assert engine_check_size(1_235_814_400) == (1, 8)  # Llama-3.2-1B shape
+    assert engine_check_size(100_000_000_000) == (1, 4)  # never below one prompt of 4 tokens
+    assert engine_check_size(1_235_814_400, prompts=4) == (4, 4)  # the tokens follow given prompts
+    assert engine_check_size(1_235_814_400, 3, 12) == (3, 12)
+
+
+@pytest.mark.parametrize("key", ["eval_prompts", "eval_new_tokens"])
+def test_engine_check_settings_are_validated(tmp_path: Path, key: str) -> None:
+    with pytest.raises(InputError, match=f"{key} must be at least 1"):
+        QuantizeConfig(output=tmp_path, **{key: 0})

@@ -39,6 +39,7 @@ def test_tune_writes_a_new_bundle_with_the_plan(tuned) -> None:  # type: ignore[
     assert stored is not None and stored.for_device(plan.device) == plan
     assert plan.verify_ms and plan.plain_step_ms > 0 and plan.calibration_rounds > 0
     assert plan.choice.predicted_speedup >= 1.0
+    assert plan.kv_policy == "full float32"  # the policy its costs were measured under
 
 
 def test_generate_uses_the_plan_and_flags_override(tuned) -> None:  # type: ignore[no-untyped-def]
@@ -122,5 +123,6 @@ def test_inspect_shows_the_plan(tuned) -> None:  # type: ignore[no-untyped-def]
     shown = runner.invoke(app, ["inspect", str(bundle.path)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert f"plan for {plan.device}" in shown.output and "verify cost:" in shown.output
+    assert "under the KV policy full float32" in shown.output
     assert "compiled: cpu flavour" in shown.output
     assert runner.invoke(app, ["inspect", str(bundle.path), "--json"]).output.count(plan.device) >= 1
