@@ -22,16 +22,13 @@ import numpy as np
 
 from specdec.pipeline.errors import GenerationError, setting
 from specdec.pipeline.records.kv_policy import KVDtype, KVPolicy
+from specdec.pipeline.runtime.chunked import is_causal, kept_past_chunks, visible_past_chunks
 from specdec.pipeline.runtime.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
 from specdec.pipeline.runtime.fused_kv import LayerGroup
 from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, make_session
 from specdec.pipeline.runtime.manifest import GraphInfo
 from specdec.pipeline.runtime.masks import hide_beyond_window
 from specdec.pipeline.runtime.runner import build_mask, causal, no_scratch
-
-
-def _is_causal(visible: np.ndarray) -> bool:
-    return bool(np.array_equal(visible, np.tri(visible.shape[0], dtype=bool)))
 
 
 class FusedRunner:
@@ -135,14 +132,10 @@ class FusedRunner:
     ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         q = int(np.size(ids))
         positions = np.asarray(positions, np.int64).reshape(-1)
-        if self._provisional:  # the chunks committed already are visible to every later row
-            if not scratch_visible[:, : self._provisional].all():
-                raise GenerationError("a call hides part of a prompt fed in chunks",
-                                      "commit the prompt before drafting on it")
-            scratch_visible = scratch_visible[:, self._provisional:]
+        scratch_visible = visible_past_chunks(scratch_visible, self._provisional)
         self._check_room(self._length + self._scratch + q)
         if self._windowed and not self._fits(q, int(positions.min())):
-            if not self._scratch and _is_causal(new_visible) and np.array_equal(
+            if not self._scratch and is_causal(new_visible) and np.array_equal(
                     positions, self._length + np.arange(q)):
                 return self._chunked(ids, positions, extra_inputs, extra_outputs, with_logits)
             self._grow(q, int(positions.min()))
@@ -318,14 +311,8 @@ class FusedRunner:
         return CallSlot(self.session, self.groups, self.op_inputs, self.free_outputs, rows)
 
     def commit(self, keep: np.ndarray | list[int]) -> None:
-        index = np.asarray(keep, np.int64)
-        if self._provisional:
-            done = self._provisional
-            if index.size < done or not np.array_equal(index[:done], np.arange(done)):
-                raise GenerationError("a prompt fed in chunks must be kept as a prefix",
-                                      "commit the prompt's rows in order")
-            index = index[done:] - done
-            self._provisional = 0
+        index = kept_past_chunks(np.asarray(keep, np.int64), self._provisional)
+        self._provisional = 0
         self._commit_rows(index)
 
     def _commit_rows(self, index: np.ndarray) -> None:

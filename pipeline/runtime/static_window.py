@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.errors import BundleError, GenerationError, setting
+from specdec.pipeline.runtime.chunked import is_causal, kept_past_chunks, visible_past_chunks
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.manifest import BundleInfo, GraphInfo
 from specdec.pipeline.runtime.masks import SLIDING_MASK
@@ -32,10 +33,6 @@ from specdec.pipeline.runtime.runner import causal, no_scratch
 from specdec.pipeline.runtime.static import StaticRunner, _Bucket
 
 FREE, COMMITTED, SCRATCH = 0, 1, 2
-
-
-def _is_causal(visible: np.ndarray) -> bool:
-    return bool(np.array_equal(visible, np.tri(visible.shape[0], dtype=bool)))
 
 
 class StaticWindowRunner(StaticRunner):
@@ -96,16 +93,12 @@ class StaticWindowRunner(StaticRunner):
     ) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
         q = int(np.size(ids))
         positions = np.asarray(positions, np.int64).reshape(-1)
-        if self._provisional:  # the chunks committed already are visible to every later row
-            if not scratch_visible[:, : self._provisional].all():
-                raise GenerationError("a call hides part of a prompt fed in chunks",
-                                      "commit the prompt before drafting on it")
-            scratch_visible = scratch_visible[:, self._provisional :]
+        scratch_visible = visible_past_chunks(scratch_visible, self._provisional)
         if self._length + self._scratch + q > self.capacity:
             raise GenerationError(f"the {self.info.role} reply reached the window policy's {self.capacity} positions",
                                   f"compile with a larger {setting('max_context')} or generate fewer tokens")
         if q > self.sizes[-1] or q > int(self._free().sum()):
-            if not self._scratch and _is_causal(new_visible) and np.array_equal(positions,
+            if not self._scratch and is_causal(new_visible) and np.array_equal(positions,
                                                                                 self._length + np.arange(q)):
                 return self._prompt_chunks(ids, positions, extra_inputs, extra_outputs, with_logits)
             if q > self.sizes[-1]:
@@ -118,14 +111,8 @@ class StaticWindowRunner(StaticRunner):
                          extra_inputs or {}, extra_outputs, with_logits)
 
     def commit(self, keep: np.ndarray | list[int]) -> None:
-        index = np.asarray(keep, np.int64)
-        if self._provisional:
-            done = self._provisional
-            if index.size < done or not np.array_equal(index[:done], np.arange(done)):
-                raise GenerationError("a prompt fed in chunks must be kept as a prefix",
-                                      "commit the prompt's rows in order")
-            index = index[done:] - done
-            self._provisional = 0
+        index = kept_past_chunks(np.asarray(keep, np.int64), self._provisional)
+        self._provisional = 0
         self._commit_rows(index)
 
     # -- internals ------------------------------------------------------------------------------
