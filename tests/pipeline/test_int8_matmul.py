@@ -9,6 +9,7 @@ from onnx import TensorProto, helper
 
 from specdec.pipeline import int8_matmul
 from specdec.pipeline.graph_query import unique_name
+from specdec.pipeline.runtime.int8_range import x86_without_vnni
 
 
 def _session(weight: int8_matmul.Int8Columns, bias: np.ndarray | None = None):  # type: ignore[no-untyped-def]
@@ -34,6 +35,9 @@ def _session(weight: int8_matmul.Int8Columns, bias: np.ndarray | None = None):  
 
 @pytest.mark.parametrize("bits", [7, 8])
 def test_graph_equals_reference_bitwise_and_is_close_to_float(bits: int) -> None:
+    if bits == 8 and x86_without_vnni():
+        pytest.skip("8-bit weights saturate AVX2's int16 pair sums on x86 without VNNI; the runtime refuses them "
+                    "here (tests/pipeline/quantize/test_w8a8.py::test_cli_and_inspect checks the refusal)")
     rng = np.random.default_rng(bits)
     weight = (rng.standard_normal((256, 96)) * 0.05).astype(np.float32)
     columns = int8_matmul.quantize_columns(weight, bits)
