@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from support.lockstep import Lockstep
 from support.tiny_models import NEW_ARCHS
-from support.trees import random_tree
 from transformers import AutoModelForCausalLM
 
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
@@ -36,8 +36,7 @@ from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.fused_kv import ROUND_ROWS
 from specdec.pipeline.runtime.manifest import read_bundle
-from specdec.pipeline.runtime.runner import DynamicRunner, causal, no_scratch
-from specdec.pipeline.runtime.tree import ancestor_matrix
+from specdec.pipeline.runtime.runner import DynamicRunner
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 # Phi-3 at 2 heads of 64 dims: 0.75 of a head rotates in a multiple of 16 dims, as GQA needs.
@@ -127,10 +126,6 @@ def test_end_to_end_greedy_equals_hugging_face(built, arch: str, tmp_path: Path)
     assert outcome.results.lossless.checked and outcome.results.lossless.equal
 
 
-def _relative(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
-
-
 def test_windowed_layers_hold_about_their_window(built, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The fused runner's windowed layers keep ~2 windows of rows, not the context: a long prompt is
     fed in chunks, rows nobody can see are dropped as rounds go, a round too large grows the buffer;
@@ -144,22 +139,11 @@ def test_windowed_layers_hold_about_their_window(built, tmp_path: Path) -> None:
     windowed = next(group for group in fused.groups if group.window is not None)
     assert windowed.window == 16 and windowed.capacity == 2 * 16 + ROUND_ROWS < 256
     assert {group.capacity for group in fused.groups if group.window is None} == {256}
-    rng = np.random.default_rng(1)
-    vocab = dynamic.info.vocab_size
-
-    def both(ids: np.ndarray, positions: np.ndarray, visible: np.ndarray, keep: list[int]) -> None:
-        want, _ = dynamic.forward(ids, positions, no_scratch(ids.size), visible)
-        got, _ = fused.forward(ids, positions, no_scratch(ids.size), visible)
-        assert want is not None and got is not None and _relative(got, want) <= 1e-5
-        dynamic.commit(keep)
-        fused.commit(keep)
-
-    prompt = rng.integers(1, vocab, 120)  # more than the windowed buffer: fed in two chunks
-    both(prompt, np.arange(120), causal(120), list(range(120)))
+    lockstep = Lockstep(fused, dynamic, 1)
+    lockstep.prompt(120)  # more than the windowed buffer: fed in two chunks
     assert fused.length == 120 and windowed.base > 0
     for size in (7, 7, 7, 100):  # the last round is larger than the buffer was sized for: it grows
-        parents, depths, path = random_tree(rng, size)
-        both(rng.integers(1, vocab, size), fused.length + depths, ancestor_matrix(parents), path)
+        lockstep.tree(size)
     assert 96 < windowed.capacity < 256 and windowed.buffers[0].shape[2] == windowed.capacity
 
 

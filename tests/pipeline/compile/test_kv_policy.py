@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.trees import random_tree
+from support.lockstep import Lockstep
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
@@ -20,8 +20,7 @@ from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.fused_kv import ROUND_ROWS
 from specdec.pipeline.runtime.manifest import read_bundle
-from specdec.pipeline.runtime.runner import DynamicRunner, causal, no_scratch
-from specdec.pipeline.runtime.tree import ancestor_matrix
+from specdec.pipeline.runtime.runner import DynamicRunner
 
 CONTEXT = 64
 SINKS, WINDOW = 2, 12
@@ -36,10 +35,6 @@ def _window(bundle: Bundle, out: Path, **kwargs: object) -> Bundle:
 @pytest.fixture(scope="module")
 def windowed(surgered_bundle, tmp_path_factory) -> Bundle:  # type: ignore[no-untyped-def]
     return _window(surgered_bundle, tmp_path_factory.mktemp("kv") / "window")
-
-
-def _relative(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
 
 
 def test_the_policy_is_recorded_and_bounds_the_buffers(windowed: Bundle) -> None:
@@ -68,22 +63,9 @@ def test_rows_equal_the_masked_dynamic_graph_across_the_window_edge(windowed: Bu
     policy = KVPolicy(KVCache.window, sinks=SINKS, window=WINDOW)
     fused = Engine(windowed.path).target
     assert isinstance(fused, FusedRunner)
-    dynamic = DynamicRunner(read_bundle(surgered_bundle.path).graphs["target"], policy=policy)
-    rng = np.random.default_rng(4)
-    vocab = dynamic.info.vocab_size
-
-    def both(ids: np.ndarray, positions: np.ndarray, visible: np.ndarray, keep: list[int]) -> None:
-        want, _ = dynamic.forward(ids, positions, no_scratch(ids.size), visible)
-        got, _ = fused.forward(ids, positions, no_scratch(ids.size), visible)
-        assert want is not None and got is not None and _relative(got, want) <= 1e-5, fused.length
-        dynamic.commit(keep)
-        fused.commit(keep)
-
-    both(rng.integers(1, vocab, 30), np.arange(30), causal(30), list(range(30)))  # longer than the window
-    while fused.length < 2 * CONTEXT:
-        size = int(rng.integers(1, 9))
-        parents, depths, path = random_tree(rng, size)
-        both(rng.integers(1, vocab, size), fused.length + depths, ancestor_matrix(parents), path)
+    lockstep = Lockstep(fused, DynamicRunner(read_bundle(surgered_bundle.path).graphs["target"], policy=policy), 4)
+    lockstep.prompt(30)  # longer than the window
+    lockstep.trees_until(2 * CONTEXT)
     group = fused.groups[0]
     assert group.base > SINKS and group.live_rows(fused.length) <= SINKS + 2 * WINDOW + ROUND_ROWS
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from support.trees import random_tree
+from support.lockstep import Lockstep
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
@@ -19,9 +18,8 @@ from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVDtype, KVPolicy
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.manifest import read_bundle
-from specdec.pipeline.runtime.runner import DynamicRunner, causal, no_scratch
+from specdec.pipeline.runtime.runner import DynamicRunner
 from specdec.pipeline.runtime.static_window import StaticWindowRunner
-from specdec.pipeline.runtime.tree import ancestor_matrix
 from specdec.pipeline.summary import kv_cache
 
 CONTEXT = 64
@@ -59,10 +57,6 @@ def test_the_variants_span_one_ring_and_the_policy_is_recorded(ring: Bundle) -> 
             * runner.info.head_dim * 4
 
 
-def _relative(got: np.ndarray, want: np.ndarray) -> float:
-    return float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
-
-
 def test_rows_equal_the_masked_dynamic_graph_across_the_window_edge(ring: Bundle,  # type: ignore[no-untyped-def]
                                                                     surgered_bundle) -> None:
     """A prompt longer than the largest bucket (fed in chunks), then random trees one after
@@ -71,22 +65,9 @@ def test_rows_equal_the_masked_dynamic_graph_across_the_window_edge(ring: Bundle
     policy = KVPolicy(KVCache.window, sinks=SINKS, window=WINDOW)
     runner = Engine(ring.path).target
     assert isinstance(runner, StaticWindowRunner)
-    dynamic = DynamicRunner(read_bundle(surgered_bundle.path).graphs["target"], policy=policy)
-    rng = np.random.default_rng(7)
-    vocab = dynamic.info.vocab_size
-
-    def both(ids: np.ndarray, positions: np.ndarray, visible: np.ndarray, keep: list[int]) -> None:
-        want, _ = dynamic.forward(ids, positions, no_scratch(ids.size), visible)
-        got, _ = runner.forward(ids, positions, no_scratch(ids.size), visible)
-        assert want is not None and got is not None and _relative(got, want) <= 1e-5, runner.length
-        dynamic.commit(keep)
-        runner.commit(keep)
-
-    both(rng.integers(1, vocab, 40), np.arange(40), causal(40), list(range(40)))  # chunks, past the window
-    while runner.length < 2 * CONTEXT:
-        size = int(rng.integers(1, 9))
-        parents, depths, path = random_tree(rng, size)
-        both(rng.integers(1, vocab, size), runner.length + depths, ancestor_matrix(parents), path)
+    lockstep = Lockstep(runner, DynamicRunner(read_bundle(surgered_bundle.path).graphs["target"], policy=policy), 7)
+    lockstep.prompt(40)  # chunks, past the window
+    lockstep.trees_until(2 * CONTEXT)
     assert runner.kv_live_bytes <= (SINKS + WINDOW) * runner.kv_bytes // SLOTS
 
 
