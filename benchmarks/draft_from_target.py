@@ -1,17 +1,18 @@
 """`specdec draft` on the compute-realistic target, against the hand-trained demo draft.
 
-    .venv/bin/python benchmarks/draft_from_target.py OUT [--minutes 15] [--bench] [--steps N]
+    .venv/bin/python benchmarks/draft_from_target.py OUT [--minutes 15] [--bench] [--steps N] [--size S [S ...]]
 
 1. `benchmarks/realistic.py` builds the 61.5M-parameter target (the demo target grown to 24 layers;
    18 of them and most FFN channels compute but contribute nothing) with the demo draft;
 2. `specdec draft` makes a draft from it with its default budget, on the demo corpus' training
-   text (`--calib`) and the target's own text;
+   text (`--calib`) and the target's own text; `--size` gives one or more sizes (a draft each,
+   named `made-SIZE`), so that sizes are compared within one run;
 3. both drafts are measured the same way on the demo corpus' held-out documents: teacher-forced
    top-1 agreement with the target, and the greedy chain a draft keeps on the target's continuations
    (the demo target stands in for the grown one there: the same function at 1/15 of the cost);
 4. with `--bench`: three bundles of the same target are exported and benched (`specdec bench`,
    default settings — it tunes its plan per bundle — 8 prompts), one after the other in this run:
-   the made draft, the made draft exported with `--no-share-tensors`, and the demo draft; each
+   each made draft, the demo draft, and the first made draft exported with `--no-share-tensors`; each
    reports plain vs speculative tokens/s from the same process, whether the speculative replies
    equal plain greedy decoding, and the process's peak RSS.
 
@@ -88,7 +89,7 @@ def bench(target_dir: Path, draft_dir: Path, out: Path, share: bool = True) -> d
     sizes = {p.name: p.stat().st_size for p in bundle.iterdir() if p.is_file()}
     return {"results": str(results / "results.json"), "bundle_files": sizes, "bundle_bytes": sum(sizes.values()),
             "export_s": exported - started, "bench_s": time.time() - exported,
-            "figures": {k: v for k, v in data.items() if k in ("figures", "lossless")}}
+            "figures": {k: v for k, v in data.items() if k in ("figures", "lossless", "plan")}}
 
 
 def main() -> None:
@@ -97,6 +98,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None, help="specdec draft's budget (default: its own)")
     parser.add_argument("--steps", type=int, default=None, help="specdec draft's step count (a quick check)")
     parser.add_argument("--samples", type=int, default=None)
+    parser.add_argument("--size", type=float, nargs="+", default=[None],
+                        help="specdec draft's --size; several: one draft each (default: its own)")
     parser.add_argument("--bench", action="store_true", help="export and bench both pairs")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -104,22 +107,34 @@ def main() -> None:
     corpus = lib.load_corpus(ROOT / "scripts" / "demo_corpus")
     calib = args.out / "calib.txt"
     calib.write_text("\n\n".join(corpus.train))
-    load = os.getloadavg()
-    started = time.time()
-    options: dict[str, Any] = {k: v for k, v in {"minutes": args.minutes, "steps": args.steps,
-                                                 "samples": args.samples}.items() if v is not None}
-    made = make_draft(DraftConfig(target=str(target_dir), output=args.out / "made", calib=calib, force=True,
-                                  **options))
-    summary: dict[str, Any] = {"command": " ".join(sys.argv), "load_at_start": load,
-                               "draft_wall_min": (time.time() - started) / 60,
-                               "report": {k: v for k, v in made.report.items() if k != "files"},
-                               "quality": measure(target_dir, {"made": made.path, "demo": demo_draft})}
+    summary: dict[str, Any] = {"command": " ".join(sys.argv), "load_at_start": os.getloadavg(), "made": {}}
+    record = args.out / "draft_from_target.json"
+    made: dict[str, Path] = {}
+    for size in args.size:
+        name = "made" if size is None else f"made-{size:g}"
+        started = time.time()
+        options: dict[str, Any] = {k: v for k, v in {"minutes": args.minutes, "steps": args.steps,
+                                                     "samples": args.samples, "size": size}.items()
+                                   if v is not None}
+        result = make_draft(DraftConfig(target=str(target_dir), output=args.out / name, calib=calib, force=True,
+                                        **options))
+        made[name] = result.path
+        summary["made"][name] = {"draft_wall_min": (time.time() - started) / 60, "load_after": os.getloadavg(),
+                                 "report": {k: v for k, v in result.report.items() if k != "files"}}
+        record.write_text(json.dumps(summary, indent=2) + "\n")  # each step kept as measured
+    summary["quality"] = measure(target_dir, {**made, "demo": demo_draft})
+    record.write_text(json.dumps(summary, indent=2) + "\n")
     if args.bench:
-        runs = (("made", made.path, True), ("made_unshared", made.path, False), ("demo", demo_draft, True))
-        summary["bench"] = {name: bench(target_dir, path, args.out / f"bench-{name}", share)
-                            for name, path, share in runs}
+        first = next(iter(made))
+        runs = [*((name, path, True) for name, path in made.items()), ("demo", demo_draft, True),
+                (f"{first}_unshared", made[first], False)]
+        summary["bench"] = {}
+        for name, path, share in runs:
+            summary["bench"][name] = bench(target_dir, path, args.out / f"bench-{name}", share) | {
+                "load_after": os.getloadavg()}
+            record.write_text(json.dumps(summary, indent=2) + "\n")
     summary["load_at_end"] = os.getloadavg()
-    (args.out / "draft_from_target.json").write_text(json.dumps(summary, indent=2) + "\n")
+    record.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary["quality"], indent=2))
 
 
