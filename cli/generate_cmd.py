@@ -103,7 +103,7 @@ def generate(
     for adjustment in settings.notes:
         warn(adjustment)
     controller = host_controllers(request.controllers, device, template, settings)
-    generator = Generator(loaded, threads=local_threads(request.threads, device))
+    generator = Generator(loaded, threads=local_threads(request.threads, device), weight_format=settings.weight_format)
     generator.engine.constraints_for(config)  # a bad schema or pattern fails here, before the prompt is echoed
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:

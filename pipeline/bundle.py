@@ -99,9 +99,10 @@ class Bundle:
             raise BundleError(f"bundle '{self.path}' is missing '{spec.file}'", "re-create the bundle")
         return path
 
-    def runtime_info(self) -> BundleInfo:
-        """What the decoding engine reads from this (verified) bundle."""
-        return bundle_info(self.path, self.manifest)
+    def runtime_info(self, weight_format: str | None = None) -> BundleInfo:
+        """What the decoding engine reads from this (verified) bundle, its target in `weight_format`
+        (None: the bundle's own; a tuned plan names the one it chose)."""
+        return bundle_info(self.path, self.manifest.with_format(weight_format))
 
     @property
     def tokenizer_dir(self) -> Path:

@@ -59,8 +59,9 @@ class GenerateConfig:
 class Generator:
     """An engine plus the bundle's tokenizer, on a bundle `Bundle.load` verified (every file's sha256)."""
 
-    def __init__(self, bundle: Bundle, threads: int = 0) -> None:
-        self.engine = Engine(bundle.runtime_info(), SessionOptions(threads=threads))
+    def __init__(self, bundle: Bundle, threads: int = 0, weight_format: str | None = None) -> None:
+        # weight_format: the target's, where the bundle carries several (ResolvedSettings.weight_format)
+        self.engine = Engine(bundle.runtime_info(weight_format), SessionOptions(threads=threads))
         self.codec = TextCodec(self.engine.info.tokenizer_dir)
 
     def prompt_ids(self, item: PromptItem, config: DecodeConfig, truncate: bool, chat: bool = False) -> list[int]:

@@ -74,6 +74,11 @@ class ResolvedSettings:
     plan_plain_step_ms: float | None = None
     plan: DevicePlan | None = None  # the bundle's plan for the run's device (run_settings), followed or not
 
+    @property
+    def weight_format(self) -> str | None:
+        """The target's weight format the run decodes with: its plan's choice (None: the bundle's own)."""
+        return self.plan.weight_format if self.plan is not None else None
+
     def describe(self, keys: Sequence[str] = ("drafter", "tree_budget", "depth", "width", "beta_base", "max_k")
                  ) -> str:
         """`drafter model (defaults), tree_budget 16 (profile local-cpu), depth 7 (scenario code), ...` for people.
@@ -259,6 +264,8 @@ def run_settings(options: Mapping[str, Any], manifest: Manifest, *, profile: Dev
     drafter = options.get("drafter")
     plan = (manifest.plan.for_device(device, getattr(drafter, "value", drafter))
             if manifest.plan is not None and device is not None else None)
+    # the target the plan chose (a bundle may carry it in several weight formats) sets the requirements
+    manifest = manifest.with_format(plan.weight_format if plan is not None else None)
     resolved = resolve_decode(options, profile=profile, scenario=scenario, plan=plan, buckets=manifest.buckets,
                               requirements=bundle_requirements(manifest.quantization),
                               has_draft="draft" in manifest.graphs)

@@ -154,7 +154,7 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         controls = controller_spec(config.controllers, profile, scenario, settings)
         controls["power"].update(sensors.power)
         run_spec = RunSpec(decode=settings.config, prompts=[p.ids for p in prompts], repeats=config.repeats,
-                           threads=threads, controllers=controls, tune=tune)
+                           threads=threads, controllers=controls, tune=tune, weight_format=settings.weight_format)
         with tempfile.TemporaryDirectory() as scratch:
             payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
             run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,

@@ -21,7 +21,7 @@ from pathlib import Path
 from specdec.pipeline.bundle import Bundle, BundleWriter, Manifest, input_digests
 from specdec.pipeline.compile.config import CompileConfig, CompileSettings
 from specdec.pipeline.compile.fused.builder import fused_blocker
-from specdec.pipeline.compile.fused.flavour import compile_fused
+from specdec.pipeline.compile.fused.flavour import FUSED_DIR, compile_fused
 from specdec.pipeline.compile.static.flavour import BUCKET_DIR, compile_static
 from specdec.pipeline.errors import BundleError, InputError, UnsupportedModelError, setting
 from specdec.pipeline.progress import Progress, SilentProgress
@@ -86,6 +86,10 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
     manifest = source.manifest.copy()
     settings = compile_settings(config, manifest)
+    if manifest.variants and settings.flavour is not GraphFlavour.cpu:
+        raise InputError(f"the {settings.flavour.value} flavour builds one weight format, and the bundle's target "
+                         f"is in {', '.join(manifest.weight_formats())}",
+                         "compile with --target cpu, or quantize with one --format for this flavour")
     for warning in settings.warnings:
         log.warning("%s", warning)
     for note in settings.notes:
@@ -95,4 +99,12 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
         FLAVOURS[settings.flavour](source, manifest, writer.dir, settings, progress)
         report = manifest.reports.setdefault("compile", {})
         report["notes"] = [*settings.notes, *report.get("notes", [])]
+        for name, variant in manifest.variants.items():
+            # the target again in each further format, under cpu/<format>/; the draft is the bundle's
+            view = source.manifest.with_format(name)
+            compile_fused(source, view, writer.dir, settings, progress, roles=("target",),
+                          subdir=f"{FUSED_DIR}/{name}")
+            assert view.buckets is not None
+            variant.fused = view.buckets.fused["target"]
+            report.setdefault("variants", {})[name] = view.reports["compile"]
         return writer.finish(manifest, stage="compile", config=settings.record(), inputs=input_digests(source))

@@ -59,9 +59,10 @@ def write_runtime_zip(path: Path) -> None:
             archive.writestr(info, (root / rel).read_bytes())
 
 
-def bundle_files(bundle: Bundle) -> list[str]:
-    """Files the runtime opens: the buckets of a compiled bundle, else the dynamic graphs."""
-    manifest = bundle.manifest
+def bundle_files(bundle: Bundle, weight_format: str | None = None) -> list[str]:
+    """Files the runtime opens: the buckets of a compiled bundle, else the dynamic graphs; of a bundle
+    that carries its target in several weight formats, only `weight_format`'s (None: its own)."""
+    manifest = bundle.manifest.with_format(weight_format)
     if manifest.buckets is not None:
         return manifest.buckets.files()
     files = graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
@@ -76,7 +77,7 @@ def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:
     target = directory / BUNDLE_DIR
     target.mkdir()
     shutil.copyfile(bundle.path / MANIFEST_NAME, target / MANIFEST_NAME)
-    files = bundle_files(bundle)
+    files = bundle_files(bundle, spec.weight_format)
     if spec.decode.constrained:  # logits processors read the tokenizer on the device (runtime/processors/vocab.py)
         files = [*files, f"{bundle.manifest.tokenizer.dir}/tokenizer.json"]
     for rel in files:

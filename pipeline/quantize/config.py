@@ -7,7 +7,7 @@ import fnmatch
 import logging
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,6 +76,10 @@ class Method(str, enum.Enum):
     awq = "awq"
 
 
+def default_method(weight_format: WeightFormat) -> Method:
+    return Method(DEFAULT_METHOD[weight_format])
+
+
 def parse_method(value: Method | str, key: str = "method") -> Method:
     return _parse_choice(Method, value, "quantization method", key)
 
@@ -88,8 +92,11 @@ class QuantizeConfig:
     # was, while the draft (a weight-bandwidth bound call per tree level) reads a third of the bytes.
     graphs: tuple[str, ...] | None = None
     # None: the `profile`'s quantize.format (the one measured fastest-exact on its device class), unless
-    # a setting only nbits has is given (_NBITS_ONLY: awq/gptq, a group size, ...), which selects nbits
+    # a setting only nbits has is given (_NBITS_ONLY: awq/gptq, a group size, ...), which selects nbits.
+    # A comma list ("nbits,w8a8") keeps the first as the bundle's own format (both graphs) and also stores
+    # the target in the others (`also_formats`): `tune` measures each and its plan picks one.
     format: WeightFormat | None = None
+    also_formats: tuple[WeightFormat, ...] = ()
     # the device profile whose default format applies (the command passes --profile, local-cpu when
     # left out); None, as library callers that name no device leave it: nbits, which every build runs
     profile: str | None = None
@@ -121,7 +128,16 @@ class QuantizeConfig:
     eval_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.format, str) and "," in self.format:
+            first, *rest = (part.strip() for part in self.format.split(","))
+            object.__setattr__(self, "format", first)
+            object.__setattr__(self, "also_formats", (*self.also_formats, *rest))
         object.__setattr__(self, "format", self._resolve_format())
+        also = tuple(dict.fromkeys(parse_format(f) for f in self.also_formats))
+        if self.weight_format in also:
+            raise InputError(f"{setting('format')} names {self.weight_format.value} twice",
+                             "list each weight format once, e.g. --format nbits,w8a8")
+        object.__setattr__(self, "also_formats", also)
         method = self.method if self.method is not None else DEFAULT_METHOD[self.weight_format]
         object.__setattr__(self, "method", parse_method(method))
         for key in ("target_method", "draft_method"):
@@ -159,6 +175,9 @@ class QuantizeConfig:
             (self.w8a8_weight_bits not in W8A8_WEIGHT_BITS,
              f"{setting('w8a8_weight_bits')} {self.w8a8_weight_bits} is not 7 or 8",
              "use 7 (exact on every CPU) or 8 (x86 with VNNI, arm64)"),
+            (bool(self.also_formats) and self.graphs is not None and "target" not in self.graphs,
+             f"{setting('format')} with more than one format stores the target in each, but {setting('graphs')} "
+             "leaves the target out", "name one format, or quantize the target too"),
             (self.calib_samples < 1, f"{setting('calib_samples')} must be at least 1", fix),
             (self.calib_seq_len < 8, f"{setting('calib_seq_len')} must be at least 8", fix),
             (self.max_ppl_increase is not None and self.max_ppl_increase < 0,
@@ -180,6 +199,16 @@ class QuantizeConfig:
         """The format to write (`format` as given, else resolved in __post_init__)."""
         assert self.format is not None
         return self.format
+
+    def for_format(self, weight_format: WeightFormat) -> QuantizeConfig:
+        """The settings that quantize the target into `weight_format`, one of `also_formats`: the method
+        given applies where that format accepts it (a default method counts as not given), else its default."""
+        def method(value: Method | None) -> Method | None:
+            given = value is not None and value is not default_method(self.weight_format)
+            return value if given and value is not None and value.value in FORMAT_METHODS[weight_format] else None
+
+        return replace(self, format=weight_format, also_formats=(), graphs=("target",), method=method(self.method),
+                       target_method=method(self.target_method), draft_method=None)
 
     def _resolve_format(self) -> WeightFormat:
         if self.format is not None:
@@ -244,8 +273,9 @@ class QuantizeConfig:
         def file_record(path: Path | None) -> dict[str, str] | None:
             return None if path is None else {"path": str(path), "sha256": sha256_file(Path(path))}
 
-        w8a8 = {"format": self.weight_format.value, "w8a8_weight_bits": self.w8a8_weight_bits} \
-            if self.weight_format is WeightFormat.w8a8 else {}
+        formats = (self.weight_format, *self.also_formats)
+        w8a8 = {"format": ",".join(f.value for f in formats), "w8a8_weight_bits": self.w8a8_weight_bits} \
+            if WeightFormat.w8a8 in formats else {}
         return {
             **w8a8,
             "graphs": None if self.graphs is None else list(self.graphs),

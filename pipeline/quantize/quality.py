@@ -125,12 +125,15 @@ def invariance(bundle_dir: Path) -> dict[str, Any]:
 
 
 def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], data: CalibrationData,
-             *, new_tokens: int, progress: Progress, quantized: tuple[str, ...] | None = None) -> dict[str, Any]:
+             *, new_tokens: int, progress: Progress, quantized: tuple[str, ...] | None = None,
+             after: dict[str, GraphSpec] | None = None) -> dict[str, Any]:
     """Measure both bundles; `output_dir` must already hold a (provisional) manifest.
 
     `quantized`: the graphs that changed (default all); the others are the same file, so they are
-    scored once and only for the pair's agreement.
+    scored once and only for the pair's agreement. `after`: the output's graphs where their files
+    are not the source's (a target stored in a further weight format); default `specs`.
     """
+    after = after or specs
     changed = tuple(specs) if quantized is None else quantized
     graphs: dict[str, Any] = {}
     argmax: dict[tuple[str, str], list[np.ndarray]] = {}
@@ -143,10 +146,10 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
         for role in changed:
             spec = specs[role]
             record: dict[str, Any] = {"bytes_before": graph_bytes(source_dir, spec),
-                                      "bytes_after": graph_bytes(output_dir, spec)}
+                                      "bytes_after": graph_bytes(output_dir, after[role])}
             record["size_ratio"] = record["bytes_after"] / record["bytes_before"]
-            for when, root in (("before", source_dir), ("after", output_dir)):
-                graph = Graph(graph_info(role, spec, root / spec.file))
+            for when, root, which in (("before", source_dir, spec), ("after", output_dir, after[role])):
+                graph = Graph(graph_info(role, which, root / which.file))
                 record[f"perplexity_{when}"], argmax[(role, when)] = _score(graph, data.eval_windows)
                 task.advance()
             record["perplexity_increase_pct"] = 100.0 * (record["perplexity_after"] / record["perplexity_before"] - 1)

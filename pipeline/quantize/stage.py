@@ -10,16 +10,18 @@ instead. Everything else in the bundle (tokenizer, custom-op functions) is copie
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx.external_data_helper import load_external_data_for_model
 
-from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, input_digests
+from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, Manifest, input_digests
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
 from specdec.pipeline.graph_query import Layer, find_layers, load_weight
@@ -31,7 +33,13 @@ from specdec.pipeline.quantize.embeddings import apply_embeddings, find_embeddin
 from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
 from specdec.pipeline.quantize.packing import pack
 from specdec.pipeline.records.codec import from_dict
-from specdec.pipeline.records.manifest import W8A8_FORMAT, GraphQuantization, LayerQuantization, Quantization
+from specdec.pipeline.records.manifest import (
+    W8A8_FORMAT,
+    GraphQuantization,
+    LayerQuantization,
+    Quantization,
+    TargetVariant,
+)
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +228,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
-        quantize_graph, format_name, domain = FORMATS[config.weight_format]
+        _, format_name, domain = FORMATS[config.weight_format]
         plans = {role: plan_graph(find_layers(load_graph(source.graph_path(role), weights=False)), role, config)
                  for role in roles}
         if config.weight_format is WeightFormat.nbits:  # w8a8 is per channel: any width
@@ -234,25 +242,61 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         # graphs left out of --graphs are copied byte for byte (the bundle's hashes show it)
         writer.copy_from(source, exclude=graph_files(source.manifest.files,
                                                      (manifest.graphs[role].file for role in roles)))
-        records: dict[str, GraphQuantization] = {}
-        for role in roles:
-            spec = manifest.graphs[role]
-            # nbits reads each layer's weight from the source's files when its turn comes and the rest
-            # after the layers are replaced: the float graph is never in memory beside the calibration
-            # probe's onnxruntime session (5 GB each at 1.24B)
-            model = load_graph(source.graph_path(role), weights=config.format is not WeightFormat.nbits)
-            records[role] = quantize_graph(model, source.graph_path(role), role, spec, plans[role], config, data,
-                                           writer.dir, progress)
-            out = writer.dir / spec.file
-            save_graph(model, out)
-            del model
-            onnx.checker.check_model(str(out), full_check=True)
-            spec.inputs, spec.outputs = describe_io(out)
+        records = {role: _quantize_role(source, role, manifest.graphs[role], plans[role], config, data, writer.dir,
+                                        progress) for role in roles}
         manifest.quantization = Quantization(format=format_name, domain=domain, graphs=records)
-        # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
-        (writer.dir / MANIFEST_NAME).write_text(manifest.to_json())
-        report = quality.evaluate(source.path, writer.dir, manifest.graphs, data, new_tokens=new_tokens,
-                                  progress=progress, quantized=roles)
+        report = _evaluate(source, writer.dir, manifest, data, new_tokens, progress, roles, config)
+        if "target" in roles and config.also_formats:
+            report["variants"] = {also.value: _also_format(source, manifest, also, config, data, writer.dir,
+                                                           new_tokens, progress) for also in config.also_formats}
         manifest.reports["quantize"] = report
-        quality.enforce(report, config.max_ppl_increase)
         return writer.finish(manifest, stage="quantize", config=config.record(), inputs=input_digests(source))
+
+
+def _quantize_role(source: Bundle, role: str, spec: GraphSpec, plans: list[LayerPlan], config: QuantizeConfig,
+                   data: calibration.CalibrationData, workdir: Path, progress: Progress) -> GraphQuantization:
+    """Quantize the source's `role` graph into `config.weight_format`, written to `workdir`/`spec.file`
+    (whose inputs and outputs `spec` then describes)."""
+    quantize_graph = FORMATS[config.weight_format][0]
+    # nbits reads each layer's weight from the source's files when its turn comes and the rest
+    # after the layers are replaced: the float graph is never in memory beside the calibration
+    # probe's onnxruntime session (5 GB each at 1.24B)
+    model = load_graph(source.graph_path(role), weights=config.weight_format is not WeightFormat.nbits)
+    record = quantize_graph(model, source.graph_path(role), role, spec, plans, config, data, workdir, progress)
+    out = workdir / spec.file
+    save_graph(model, out)
+    del model
+    onnx.checker.check_model(str(out), full_check=True)
+    spec.inputs, spec.outputs = describe_io(out)
+    return record
+
+
+def _evaluate(source: Bundle, workdir: Path, manifest: Manifest, data: calibration.CalibrationData,
+              new_tokens: int, progress: Progress, roles: tuple[str, ...], config: QuantizeConfig) -> dict[str, Any]:
+    """The quality report of the graphs `manifest` describes, enforced (--max-ppl-increase)."""
+    # The engine reads manifest.json; finish() rewrites it with hashes and lineage.
+    (workdir / MANIFEST_NAME).write_text(manifest.to_json())
+    report = quality.evaluate(source.path, workdir, source.manifest.graphs, data, new_tokens=new_tokens,
+                              progress=progress, quantized=roles, after=manifest.graphs)
+    quality.enforce(report, config.max_ppl_increase)
+    return report
+
+
+def _also_format(source: Bundle, manifest: Manifest, weight_format: WeightFormat, config: QuantizeConfig,
+                 data: calibration.CalibrationData, workdir: Path, new_tokens: int, progress: Progress
+                 ) -> dict[str, Any]:
+    """Store the target in one more weight format (`manifest.variants`); returns its quality report.
+
+    Only the target graph is written again (`target.<format>.onnx`): tokenizer, draft and custom ops
+    are the bundle's, so the disk cost of a second format is one more quantized target."""
+    sub = config.for_format(weight_format)
+    spec = copy.deepcopy(source.manifest.graphs["target"])
+    spec.file = f"{Path(spec.file).stem}.{weight_format.value}.onnx"
+    plans = plan_graph(find_layers(load_graph(source.graph_path("target"), weights=False)), "target", sub)
+    if weight_format is WeightFormat.nbits:
+        _check_group_size({"target": plans}, sub)
+    record = _quantize_role(source, "target", spec, plans, sub, data, workdir, progress)
+    _, format_name, domain = FORMATS[weight_format]
+    manifest.variants[weight_format.value] = TargetVariant(spec, format_name, domain, record)
+    view = manifest.with_format(weight_format.value)
+    return _evaluate(source, workdir, view, data, new_tokens, progress, ("target",), sub)

@@ -32,8 +32,9 @@ MANIFEST_NAME = "manifest.json"
 # `decoder` record (records/decoder.py: attention windows, rotary tables, norms); older bundles
 # load as full-attention decoders, and compile --target cpu asks to re-export them. A compiled
 # bundle's `buckets.kv_policy` is written only where it is not the full cache, so bundles without
-# it read as full.
-MANIFEST_SCHEMA = 4
+# it read as full. 5: `variants`, the target in further weight formats (quantize --format a,b), and a
+# plan's `weight_format`; written only where a bundle has them, so older bundles load unchanged.
+MANIFEST_SCHEMA = 5
 
 
 @dataclass
@@ -122,6 +123,11 @@ class Quantization:
     format: str  # the operator the weights are stored for: MatMulNBits, or w8a8 (standard MatMulInteger)
     domain: str
     graphs: dict[str, GraphQuantization]
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        """The `WeightFormat` the graphs are stored in (`format` names its operator)."""
+        return WeightFormat.w8a8 if self.format == W8A8_FORMAT else WeightFormat.nbits
 
     @property
     def row_invariant(self) -> bool:
@@ -268,6 +274,23 @@ class GraphSpec:
     decoder: Decoder | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
+@dataclass
+class TargetVariant:
+    """The target in one more weight format than the bundle's own (`quantize --format nbits,w8a8`).
+
+    Everything else (tokenizer, draft, custom ops) is the bundle's: a variant holds only what differs,
+    the target graph, its quantization record and, once compiled, its fused graph. `Manifest.with_format`
+    swaps it in, so every reader of a manifest runs it unchanged; `tune` measures each format and its
+    plan names the one it chose.
+    """
+
+    graph: GraphSpec
+    format: str  # as Quantization.format: the operator the weights are stored for
+    domain: str
+    quantization: GraphQuantization
+    fused: FusedGraph | None = field(default=None, metadata=OMIT_DEFAULT)  # compile --target cpu
+
+
 @dataclass(kw_only=True)
 class TokenizerSpec:
     dir: str = "tokenizer"
@@ -309,11 +332,42 @@ class Manifest:
     quantization: Quantization | None = None  # quantize
     buckets: BucketTable | None = None  # compile: the flavour's graphs, the dispatch table
     plan: TunePlan | None = field(default=None, metadata=OMIT_DEFAULT)  # tune: plans per device
+    # quantize: the target in further weight formats, by WeightFormat value (TargetVariant)
+    variants: dict[str, TargetVariant] = field(default_factory=dict, metadata=OMIT_DEFAULT)
 
     @property
     def fingerprint(self) -> str:
         """The last stage's fingerprint: equal fingerprints mean equal inputs and config."""
         return self.lineage[-1].fingerprint if self.lineage else ""
+
+    def weight_formats(self) -> list[str]:
+        """The weight formats the target is carried in, the bundle's own first; [] unquantized."""
+        if self.quantization is None:
+            return []
+        return [self.quantization.weight_format.value, *self.variants]
+
+    def with_format(self, weight_format: str | None) -> Manifest:
+        """The manifest as if the target were stored in `weight_format` only (None or the bundle's own
+        format: this manifest): the variant's graph, quantization record and fused graph swapped in."""
+        own = self.quantization.weight_format.value if self.quantization is not None else None
+        if weight_format is None or weight_format == own:
+            return self
+        variant = self.variants.get(weight_format)
+        if variant is None or self.quantization is None:
+            raise BundleError(f"the bundle's target is not stored in weight format {weight_format} (it has: "
+                              f"{', '.join(self.weight_formats()) or 'float weights'})",
+                              f"quantize with --format {','.join([*self.weight_formats(), weight_format])}")
+        view = self.copy()
+        view.graphs["target"] = copy.deepcopy(variant.graph)
+        view.quantization = Quantization(variant.format, variant.domain,
+                                         {**self.quantization.graphs, "target": copy.deepcopy(variant.quantization)})
+        if view.buckets is not None and view.buckets.flavour is GraphFlavour.cpu:
+            if variant.fused is None:
+                raise BundleError(f"the compiled bundle has no fused target in weight format {weight_format}",
+                                  "compile the bundle again (compile --target cpu builds every format)")
+            view.buckets.fused["target"] = copy.deepcopy(variant.fused)
+        view.variants = {}
+        return view
 
     def copy(self) -> Manifest:
         """A deep copy for the next stage to change (stages never touch their input bundle)."""

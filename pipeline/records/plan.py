@@ -66,6 +66,16 @@ class DevicePlan:
     # the KV cache policy the costs were measured under ("window S=4 W=256 float32"): a policy is
     # part of the compiled target, so a plan's costs hold for that policy only
     kv_policy: str | None = field(default=None, metadata=OMIT_DEFAULT)
+    # the target's weight format the plan decodes with, where the bundle carries more than one
+    # (`tune` measured each and chose this one); None: the bundle's own format
+    weight_format: str | None = field(default=None, metadata=OMIT_DEFAULT)
+    # the other formats' plans in brief, as tune compared them ("w8a8: 41.2 tok/s predicted, ...")
+    formats_compared: list[str] = field(default_factory=list, metadata=OMIT_DEFAULT)
+
+    @property
+    def predicted_tokens_per_s(self) -> float:
+        """Decoding tokens per second the plan predicts (its speedup over its own measured plain step)."""
+        return self.choice.predicted_speedup * 1000.0 / self.plain_step_ms if self.plain_step_ms > 0 else 0.0
 
     def decode_settings(self) -> dict[str, Any]:
         """The decode settings this plan chose, by DecodeConfig field name."""

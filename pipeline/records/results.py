@@ -51,6 +51,8 @@ class RunSpec:
     controllers: dict[str, Any] = field(default_factory=dict)  # runtime.controllers.build_chain's spec
     bundle: str = "bundle"  # the bundle copy, relative to run.json
     tune: TuneRequest | None = None  # measure and plan the tree first (records/plan.py)
+    # the target's weight format to decode with (records.manifest.Manifest.with_format); None: the bundle's own
+    weight_format: str | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
 # ---- results.json ------------------------------------------------------------------------------

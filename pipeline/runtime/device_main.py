@@ -22,6 +22,7 @@ from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.runtime.controllers import build_chain
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.graph import SessionOptions
+from specdec.pipeline.runtime.manifest import read_bundle
 from specdec.pipeline.runtime.memory import kv_bytes_per_token, peak_rss_kb, reset_peak, rss_kb
 from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.runtime.stats import Reply
@@ -81,7 +82,7 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
     clock = Clock()
     # one chain for the whole run: heat and the learned beta carry over from reply to reply
     controller = build_chain(spec.controllers, thermal_paths or [], battery)
-    engine = Engine(workdir / spec.bundle, SessionOptions(threads=spec.threads))
+    engine = Engine(read_bundle(workdir / spec.bundle, spec.weight_format), SessionOptions(threads=spec.threads))
     configs = {mode: dataclasses.replace(spec.decode, speculative=mode == "speculative") for mode in MODES}
     prompts = spec.prompts
     repeats = spec.repeats
@@ -101,6 +102,7 @@ def run(spec: RunSpec, workdir: Path, thermal_paths: list[str] | None = None,
                                exact_layout=configs["speculative"].exact_layout,
                                created=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                                kv_policy=kv_policy_of(engine.info))
+            plan.weight_format = spec.weight_format  # the costs are this format's
             log.write({"type": "tune", "plan": to_dict(plan)})
             configs["speculative"] = apply_choice(configs["speculative"], tuned.plan.choice,
                                                   frozenset(spec.tune.pinned))

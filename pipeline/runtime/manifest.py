@@ -53,9 +53,10 @@ class BundleInfo:
         return min(g.max_position_embeddings for g in self.graphs.values())
 
 
-def read_bundle(path: str | Path) -> BundleInfo:
-    """The engine's view of the bundle at `path` (the device runner's way in; the host uses Bundle.runtime_info)."""
-    return bundle_info(Path(path), read_manifest(path))
+def read_bundle(path: str | Path, weight_format: str | None = None) -> BundleInfo:
+    """The engine's view of the bundle at `path` (the device runner's way in; the host uses Bundle.runtime_info),
+    its target in `weight_format` (None: the bundle's own; records.manifest.Manifest.with_format)."""
+    return bundle_info(Path(path), read_manifest(path).with_format(weight_format))
 
 
 def bundle_info(root: Path, manifest: Manifest) -> BundleInfo:

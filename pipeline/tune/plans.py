@@ -15,11 +15,11 @@ from typing import Any
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.records.codec import RecordError, from_dict
-from specdec.pipeline.records.manifest import GraphFlavour
+from specdec.pipeline.records.manifest import GraphFlavour, Manifest
 from specdec.pipeline.records.plan import DevicePlan, TuneRequest
 from specdec.pipeline.records.results import PlanReport, PlanTerm
 from specdec.pipeline.runtime.tune.measure import apply_choice
-from specdec.pipeline.settings import DECODE_KEYS, ResolvedSettings
+from specdec.pipeline.settings import DECODE_KEYS, ResolvedSettings, bundle_requirements
 
 TREE_SETTINGS = ("tree_budget", "depth", "width")
 LOOKUP_SETTINGS = ("lookup_min_ngram", "lookup_max_ngram")
@@ -87,6 +87,31 @@ def tuned_plan(events: list[dict[str, Any]]) -> DevicePlan | None:
             except (RecordError, KeyError):
                 return None
     return None
+
+
+def choose_format(measured: Mapping[str | None, DevicePlan], manifest: Manifest) -> DevicePlan:
+    """Of plans measured on one device for the weight formats the bundle carries (by format; None: its
+    own), the one with the best predicted decoding tokens/s among the exact ones, the others compared
+    in its `formats_compared`. Exact: a format whose target needs the exact layout
+    (settings.bundle_requirements) was planned in it. A lone plan is returned as it is."""
+    if len(measured) == 1:
+        return next(iter(measured.values()))
+
+    def exact(name: str | None, plan: DevicePlan) -> bool:
+        return plan.exact_layout or not bundle_requirements(manifest.with_format(name).quantization)
+
+    eligible = {name: plan for name, plan in measured.items() if exact(name, plan)}
+    name, chosen = max((eligible or measured).items(), key=lambda item: item[1].predicted_tokens_per_s)
+    chosen = dataclasses.replace(chosen, notes=list(chosen.notes), formats_compared=[])
+    for other, plan in measured.items():
+        tree = (f"{plan.choice.drafter} tree of {plan.choice.budget}" if plan.choice.speculative
+                else "plain decoding")
+        chosen.formats_compared.append(
+            f"{other}: {plan.predicted_tokens_per_s:.1f} tok/s predicted ({tree}, plain step "
+            f"{plan.plain_step_ms:.2f} ms){'' if exact(other, plan) else ', not exact'}")
+    chosen.notes.append(f"weight format {name}: the best predicted tokens/s of {', '.join(map(str, measured))}"
+                        f"{'' if eligible else ' (no format was exact)'}")
+    return chosen
 
 
 def _mean(values: list[float]) -> float | None:

@@ -4,7 +4,10 @@ The measuring runs where decoding will run — on the device, through the same p
 path as `specdec bench` (the device runner's tune mode, pipeline/runtime/tune/measure.py) — and the
 plan (records.plan.DevicePlan: cost curve with its fit, acceptance profile, chosen tree,
 predicted speedup, device identity) goes into a new bundle's manifest, keyed by the device.
-`generate` and `bench` then use it by default on that device; flags still override.
+`generate` and `bench` then use it by default on that device; flags still override. A bundle
+that carries its target in more than one weight format (`quantize --format nbits,w8a8`) is tuned
+once per format, and the plan keeps the format with the best predicted tokens/s among the exact
+ones (tune/plans.choose_format); `generate` and `bench` then load that format's target.
 """
 
 from __future__ import annotations
@@ -78,8 +81,11 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}", f"pass {setting('device')} {profile.transport.value}")
     options = {"exact_layout": config.exact_layout, "drafter": config.drafter}
+    # one plan per weight format the bundle's target is carried in (one: its own format)
+    carried = source.manifest.weight_formats()
+    formats: list[str | None] = list(carried) if len(carried) > 1 else [None]
     # BundleError here for a --drafter that needs the draft graph this bundle lacks
-    settings = run_settings(options, source.manifest, profile=profile)
+    settings = {name: run_settings(options, source.manifest.with_format(name), profile=profile) for name in formats}
     codec = TextCodec(source.tokenizer_dir)
     prompts = _calibration(config, codec)
     # The output is checked (writable, not clobbered) and staged before any device work.
@@ -92,20 +98,27 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
         request = plans.tune_request(source, options, key, prompts, only=True,
                                         max_new_tokens=config.max_new_tokens)
         assert request is not None  # `only` always asks
-        spec = RunSpec(decode=settings.config, prompts=[], threads=threads, tune=request)
-        with tempfile.TemporaryDirectory() as scratch:
-            payload = build_payload(source, spec, Path(scratch) / "payload")
-            run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=False,
-                                on_event=on_event, launch=launch, info=info)
-        plan = plans.tuned_plan(run.events)
-        if plan is None:
-            raise DeviceError(f"{device.serial}: the device runner reported no plan{' (device lost)' * run.partial}",
-                              f"see its output: {run.log_tail.strip()[-200:] or 'none'}")
+        measured: dict[str | None, DevicePlan] = {}
+        warnings: list[str] = []
+        for name in formats:
+            spec = RunSpec(decode=settings[name].config, prompts=[], threads=threads, tune=request, weight_format=name)
+            with tempfile.TemporaryDirectory() as scratch:
+                payload = build_payload(source, spec, Path(scratch) / "payload")
+                run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=False,
+                                    on_event=on_event, launch=launch, info=info)
+            tuned = plans.tuned_plan(run.events)
+            if tuned is None:
+                raise DeviceError(f"{device.serial}: the device runner reported no plan"
+                                  f"{' (device lost)' * run.partial}{f' for weight format {name}' * bool(name)}",
+                                  f"see its output: {run.log_tail.strip()[-200:] or 'none'}")
+            measured[name] = tuned
+            warnings += run.warnings
+        plan = plans.choose_format(measured, source.manifest)
         writer.copy_from(source)
         manifest = source.manifest.copy()
         manifest.plan = (manifest.plan or TunePlan()).with_plan(plan)
         manifest.reports["tune"] = {"device": key, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                                    "warnings": run.warnings}
+                                    "warnings": warnings}
         bundle = writer.finish(manifest, stage="tune", config=config.record() | {"device_key": key},
                                inputs=input_digests(source))
     return bundle, plan

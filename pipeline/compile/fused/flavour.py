@@ -32,7 +32,7 @@ from specdec.pipeline.records.manifest import BucketTable, FusedGraph, GraphFlav
 from specdec.pipeline.runtime.fused import FusedRunner
 from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.invariance import measure
-from specdec.pipeline.runtime.manifest import read_bundle
+from specdec.pipeline.runtime.manifest import bundle_info
 
 if TYPE_CHECKING:
     import onnx
@@ -79,26 +79,28 @@ def _kv_dtype_graph(weights: Any, role: str, custom: Any, positions: int, scales
 
 
 def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: CompileSettings,
-                  progress: Progress) -> None:
-    """Write the fused graphs under `out`/cpu and set `manifest.buckets` and its report."""
+                  progress: Progress, roles: tuple[str, ...] | None = None, subdir: str = FUSED_DIR) -> None:
+    """Write the fused graphs of `roles` (None: every graph) of `manifest` (the source's, or its view in
+    another weight format) under `out`/`subdir` and set `manifest.buckets` and its report."""
     graphs: dict[str, FusedGraph] = {}
     validation: dict[str, float] = {}
     report: dict[str, Any] = {"flavour": GraphFlavour.cpu.value}
-    (out / FUSED_DIR).mkdir()
-    dynamic = read_bundle(source.path).graphs
-    with progress.task("building fused cpu graphs", total=len(manifest.graphs)) as task:
-        for role, spec in manifest.graphs.items():
+    (out / subdir).mkdir()
+    dynamic = bundle_info(source.path, manifest).graphs
+    chosen = {role: spec for role, spec in manifest.graphs.items() if roles is None or role in roles}
+    with progress.task("building fused cpu graphs", total=len(chosen)) as task:
+        for role, spec in chosen.items():
             task.describe(f"building the fused {role} graph")
             if spec.decoder is None:
                 raise BundleError(f"the {role} graph has no architecture record", "re-export the bundle")
-            weights = read_decoder(load_graph(source.graph_path(role)), num_kv_heads=spec.num_kv_heads,
+            weights = read_decoder(load_graph(source.path / spec.file), num_kv_heads=spec.num_kv_heads,
                                    head_dim=spec.head_dim, dtype=spec.dtype, decoder=spec.decoder)
             # a window KV policy decodes past the context: its rotary tables reach the policy's positions
             positions = settings.kv_policy.positions(settings.max_context)
             custom = manifest.custom_ops.graphs.get(role) if manifest.custom_ops is not None else None
             model = _build(weights, role, custom, positions)
             ops = _op_counts(model)
-            path = out / FUSED_DIR / f"{role}.onnx"
+            path = out / subdir / f"{role}.onnx"
             save_graph(model, path)
             del model
             info = replace(dynamic[role], file=path)
@@ -118,15 +120,15 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                 report["kv_quality"] = kv_quality.measure(info, path, path, settings.max_context, settings.kv_policy,
                                                           tokens)
             inputs, outputs = describe_io(path)
-            graphs[role] = FusedGraph(f"{FUSED_DIR}/{role}.onnx", None, inputs, outputs, ops)
+            graphs[role] = FusedGraph(f"{subdir}/{role}.onnx", None, inputs, outputs, ops)
             task.advance()
     if settings.format is not OutputFormat.onnx:
         with progress.task("converting to ORT format"):
-            produced = to_ort_format(out / FUSED_DIR)
+            produced = to_ort_format(out / subdir)
         for role, graph in graphs.items():
             if role not in produced:
                 raise BundleError(f"ORT conversion did not produce {role}.ort", "try --format onnx")
-            graph.ort_file = f"{FUSED_DIR}/{role}.ort"
+            graph.ort_file = f"{subdir}/{role}.ort"
             if settings.format is OutputFormat.ort:
                 (out / graph.file).unlink()
                 graph.file = graph.ort_file
