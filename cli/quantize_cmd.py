@@ -58,6 +58,9 @@ def quantize(
     eval_new_tokens: int = typer.Option(None, "--eval-new-tokens",
                                         help="Tokens per engine-check prompt (default: 32 up to 40M parameters, "
                                              "fewer above, at least 4)."),
+    eval_windows: int = typer.Option(None, "--eval-windows",
+                                     help="Most held-out windows scored for perplexity (default: 16 up to 40M "
+                                          "parameters, fewer above, at least 2)."),
     max_ppl_increase: float = typer.Option(None, "--max-ppl-increase",
                                            help="Fail when a graph's perplexity rises by more than this percent."),
     quantize_embeddings: bool = typer.Option(

@@ -120,7 +120,7 @@ def _windows(tokens: Sequence[int], length: int, limit: int) -> list[np.ndarray]
 
 
 def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len: int, prompts: int, seed: int,
-            encode: Encoder, vocab_size: int) -> CalibrationData:
+            encode: Encoder, vocab_size: int, eval_limit: int = MAX_EVAL_WINDOWS) -> CalibrationData:
     path = calib or default_calib_path()
     tokens = read_tokens(path, encode, vocab_size)
     if len(tokens) < MIN_TOKENS:
@@ -145,12 +145,12 @@ def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len
             f"({windows.size} tokens)")
     if eval_file is not None:
         eval_tokens = read_tokens(eval_file, encode, vocab_size, key="eval_file")
-        eval_windows, eval_source = _windows(eval_tokens, seq_len, MAX_EVAL_WINDOWS), str(eval_file)
+        eval_windows, eval_source = _windows(eval_tokens, seq_len, eval_limit), str(eval_file)
         if not eval_windows:
             raise InputError(f"{setting('eval_file')} '{eval_file}' has fewer than 2 tokens",
                              f"pass a longer {setting('eval_file')}")
     else:
-        eval_windows, eval_source = _windows(holdout, seq_len, MAX_EVAL_WINDOWS), f"last {held} tokens of {path.name}"
+        eval_windows, eval_source = _windows(holdout, seq_len, eval_limit), f"last {held} tokens of {path.name}"
     step = max(len(holdout) // prompts, 1)
     prompt_len = max(min(PROMPT_TOKENS, step), 1)
     engine_prompts = [list(holdout[i * step: i * step + prompt_len]) for i in range(min(prompts, len(holdout)))]

@@ -126,6 +126,9 @@ class QuantizeConfig:
     # bundle's parameter count (quality.engine_check_size).
     eval_prompts: int | None = None
     eval_new_tokens: int | None = None
+    # Most held-out windows scored for perplexity and draft agreement; None: by the parameter count
+    # (quality.eval_window_count).
+    eval_windows: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.format, str) and "," in self.format:
@@ -186,6 +189,8 @@ class QuantizeConfig:
              f"{setting('eval_prompts')} must be at least 1", "pass 1 or more (or leave it out: by model size)"),
             (self.eval_new_tokens is not None and self.eval_new_tokens < 1,
              f"{setting('eval_new_tokens')} must be at least 1", "pass 1 or more (or leave it out: by model size)"),
+            (self.eval_windows is not None and self.eval_windows < 1,
+             f"{setting('eval_windows')} must be at least 1", "pass 1 or more (or leave it out: by model size)"),
         ]
         for failed, problem, hint in problems:
             if failed:

@@ -20,7 +20,7 @@ from specdec.pipeline.bundle import GraphSpec
 from specdec.pipeline.errors import ValidationError, setting
 from specdec.pipeline.graph_io import SHARED_DATA, external_bytes
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.quantize.calibration import CalibrationData, graph_info, prefill
+from specdec.pipeline.quantize.calibration import MAX_EVAL_WINDOWS, CalibrationData, graph_info, prefill
 from specdec.pipeline.runtime.graph import Graph
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,26 @@ def engine_check_size(parameters: int, prompts: int | None = None, new_tokens: i
     chosen_prompts = prompts if prompts is not None else auto_prompts
     auto_tokens = max(ENGINE_CHECK_MIN_TOKENS, min(full_tokens, tokens // chosen_prompts))
     return chosen_prompts, new_tokens if new_tokens is not None else auto_tokens
+
+
+# Perplexity and the draft's top-1 agreement run every held-out window through each graph before
+# and after: about windows x window length x parameters, the other cost of the report. At a 1.24B
+# target the 6 windows x 128 tokens of the built-in text were about half of a 14-minute rtn run.
+# Sized like the engine check: the full MAX_EVAL_WINDOWS up to 40M parameters, fewer above, never
+# under EVAL_MIN_WINDOWS (two windows, ~250 predicted tokens, still a perplexity that catches a
+# broken layer; not one precise to a tenth of a percent).
+EVAL_BUDGET = MAX_EVAL_WINDOWS * 128 * 40_000_000  # parameter-tokens
+EVAL_MIN_WINDOWS = 2
+
+
+def eval_window_count(parameters: int, seq_len: int, windows: int | None = None) -> int:
+    """Most held-out windows the perplexity pass scores for the largest graph of `parameters`
+    (0: unknown, full size) at `seq_len` tokens a window; a given count is kept."""
+    if windows is not None:
+        return windows
+    if parameters <= 0:
+        return MAX_EVAL_WINDOWS
+    return max(EVAL_MIN_WINDOWS, min(MAX_EVAL_WINDOWS, EVAL_BUDGET // (parameters * max(seq_len, 1))))
 
 
 def graph_bytes(root: Path, spec: GraphSpec) -> int:
@@ -138,9 +158,13 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
     graphs: dict[str, Any] = {}
     argmax: dict[tuple[str, str], list[np.ndarray]] = {}
     with progress.task("measuring quality before and after", total=len(specs) + len(changed) + 2) as task:
+        windows = len(data.eval_windows)
+        # one step each, so a log shows (with its time) which of the report's passes a large model spends on
         for role in (r for r in specs if r not in changed):
-            graph = Graph(graph_info(role, specs[role], source_dir / specs[role].file))
-            _, argmax[(role, "before")] = _score(graph, data.eval_windows)
+            with progress.task(f"{role}: scoring {windows} windows"):
+                graph = Graph(graph_info(role, specs[role], source_dir / specs[role].file))
+                _, argmax[(role, "before")] = _score(graph, data.eval_windows)
+                del graph
             argmax[(role, "after")] = argmax[(role, "before")]
             task.advance()
         for role in changed:
@@ -149,8 +173,10 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
                                       "bytes_after": graph_bytes(output_dir, after[role])}
             record["size_ratio"] = record["bytes_after"] / record["bytes_before"]
             for when, root, which in (("before", source_dir, spec), ("after", output_dir, after[role])):
-                graph = Graph(graph_info(role, which, root / which.file))
-                record[f"perplexity_{when}"], argmax[(role, when)] = _score(graph, data.eval_windows)
+                with progress.task(f"{role} {when}: perplexity on {windows} windows"):
+                    graph = Graph(graph_info(role, which, root / which.file))
+                    record[f"perplexity_{when}"], argmax[(role, when)] = _score(graph, data.eval_windows)
+                    del graph  # one graph's session at a time (5 GB at 1.24B)
                 task.advance()
             record["perplexity_increase_pct"] = 100.0 * (record["perplexity_after"] / record["perplexity_before"] - 1)
             graphs[role] = record
@@ -173,13 +199,15 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
                 target, draft = argmax[("target", when)], argmax[("draft", when)]
                 agree = sum(int(np.sum(t == d)) for t, d in zip(target, draft, strict=True))
                 speculative[f"top1_agreement_{when}"] = agree / sum(t.size for t in target)
-                figures = _engine_figures(root, data.prompts, new_tokens, check_lossless=when == "after")
+                with progress.task(f"pair {when}: engine check, {len(data.prompts)} x {new_tokens} tokens"):
+                    figures = _engine_figures(root, data.prompts, new_tokens, check_lossless=when == "after")
                 speculative[f"mean_accepted_len_{when}"] = figures["mean_accepted_len"]
                 for key in ("lossless_prompts", "layout", "tree_layout"):
                     if key in figures:
                         speculative[key] = figures[key]
                 task.advance()
-            speculative["invariance"] = invariance(output_dir)
+            with progress.task("target after: batch invariance"):
+                speculative["invariance"] = invariance(output_dir)
             speculative["exact"] = speculative.get("lossless_prompts") == len(data.prompts)
             if not speculative["exact"]:
                 message = (f"greedy speculative output of the quantized bundle differed from its plain greedy output "

@@ -151,12 +151,10 @@ def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats |
     result = run(weight, spec, stats)
     packed = pack(result.codes, result.scales, None if config.symmetric else result.zero_points, bits=plan.bits,
                   block_size=plan.block_size)
-    approx = result.effective_weight(plan.block_size)
-    norm = float(np.linalg.norm(weight.astype(np.float64)))
     # the algorithm's own figures (QuantResult.info) are record fields too: an unknown one is an error
     record = from_dict(LayerQuantization, {
         "bits": plan.bits, "method": method, "block_size": plan.block_size,
-        "weight_rel_error": float(np.linalg.norm(approx - weight)) / norm if norm else 0.0,
+        "weight_rel_error": result.relative_error(weight, plan.block_size),
         **{key: float(value) for key, value in result.info.items()}})
     return Rewrite(layer, packed, result.input_scale, config.accuracy_level), record
 
@@ -185,9 +183,8 @@ def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConf
         packed = pack(result.codes, result.scales, None if config.symmetric else result.zero_points, bits=bits,
                       block_size=block)
         replacements.append((table, packed))
-        error = np.linalg.norm(result.effective_weight(block) - weight) / (np.linalg.norm(weight) or 1.0)
         records[table.name] = LayerQuantization(bits=bits, method="rtn", block_size=block,
-                                                weight_rel_error=float(error))
+                                                weight_rel_error=result.relative_error(weight, block))
     apply_embeddings(model, replacements)
     return records
 
@@ -234,11 +231,13 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         if config.weight_format is WeightFormat.nbits:  # w8a8 is per channel: any width
             _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
-        prompts, new_tokens = quality.engine_check_size(max(s.parameters for s in manifest.graphs.values()),
-                                                        config.eval_prompts, config.eval_new_tokens)
+        parameters = max(s.parameters for s in manifest.graphs.values())
+        prompts, new_tokens = quality.engine_check_size(parameters, config.eval_prompts, config.eval_new_tokens)
         data = calibration.prepare(calib=config.calib, eval_file=config.eval_file, samples=config.calib_samples,
                                    seq_len=config.calib_seq_len, prompts=prompts, seed=config.seed,
-                                   encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()))
+                                   encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()),
+                                   eval_limit=quality.eval_window_count(parameters, config.calib_seq_len,
+                                                                        config.eval_windows))
         # graphs left out of --graphs are copied byte for byte (the bundle's hashes show it)
         writer.copy_from(source, exclude=graph_files(source.manifest.files,
                                                      (manifest.graphs[role].file for role in roles)))

@@ -9,7 +9,7 @@ import pytest
 
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.quantize.config import LARGE_VOCAB, QuantizeConfig, WeightFormat
-from specdec.pipeline.quantize.quality import engine_check_size
+from specdec.pipeline.quantize.quality import engine_check_size, eval_window_count
 
 
 def test_embeddings_are_quantized_by_default_from_32k_tokens(tmp_path: Path) -> None:
@@ -57,7 +57,15 @@ def test_engine_check_shrinks_with_the_parameter_count() -> None:
     assert engine_check_size(1_235_814_400, 3, 12) == (3, 12)
 
 
-@pytest.mark.parametrize("key", ["eval_prompts", "eval_new_tokens"])
+def test_perplexity_windows_shrink_with_the_parameter_count() -> None:
+    assert eval_window_count(0, 128) == eval_window_count(40_000_000, 128) == 16
+    assert eval_window_count(134_515_008, 128) == 4  # SmolLM2-135M shape
+    assert eval_window_count(494_032_768, 128) == eval_window_count(1_235_814_400, 128) == 2  # never under two
+    assert eval_window_count(134_515_008, 32) == 16  # shorter windows: more of them
+    assert eval_window_count(1_235_814_400, 128, windows=6) == 6
+
+
+@pytest.mark.parametrize("key", ["eval_prompts", "eval_new_tokens", "eval_windows"])
 def test_engine_check_settings_are_validated(tmp_path: Path, key: str) -> None:
     with pytest.raises(InputError, match=f"{key} must be at least 1"):
         QuantizeConfig(output=tmp_path, **{key: 0})
