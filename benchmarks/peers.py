@@ -220,7 +220,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=HERE / "results" / "peers.json")
     args = parser.parse_args()
     root = CACHE / f"peers-{args.target}"  # the peers' models depend on the target only
-    distilled = args.target == "realistic" and args.draft != "demo"
+    distilled = args.target != "demo" and args.draft != "demo"
     bundles_root = CACHE / f"peers-{args.target}-{args.draft}" if distilled else root
     for folder in (root, bundles_root):
         folder.mkdir(parents=True, exist_ok=True)
