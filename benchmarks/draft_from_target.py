@@ -1,6 +1,7 @@
 """`specdec draft` on the compute-realistic target, against the hand-trained demo draft.
 
     .venv/bin/python benchmarks/draft_from_target.py OUT [--minutes 15] [--bench] [--steps N] [--size S [S ...]]
+    .venv/bin/python benchmarks/draft_from_target.py OUT --size S [S ...] --reuse --bench --bench-sizes S
 
 1. `benchmarks/realistic.py` builds the 61.5M-parameter target (the demo target grown to 24 layers;
    18 of them and most FFN channels compute but contribute nothing) with the demo draft;
@@ -12,7 +13,7 @@
    (the demo target stands in for the grown one there: the same function at 1/15 of the cost);
 4. with `--bench`: three bundles of the same target are exported and benched (`specdec bench`,
    default settings — it tunes its plan per bundle — 8 prompts), one after the other in this run:
-   each made draft, the demo draft, and the first made draft exported with `--no-share-tensors`; each
+   each made draft, the first made draft exported with `--no-share-tensors`, and the demo draft; each
    reports plain vs speculative tokens/s from the same process, whether the speculative replies
    equal plain greedy decoding, and the process's peak RSS.
 
@@ -101,17 +102,28 @@ def main() -> None:
     parser.add_argument("--size", type=float, nargs="+", default=[None],
                         help="specdec draft's --size; several: one draft each (default: its own)")
     parser.add_argument("--bench", action="store_true", help="export and bench both pairs")
+    parser.add_argument("--bench-sizes", type=float, nargs="+", default=None,
+                        help="bench only the made drafts of these sizes (default: all)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="keep the drafts and quality figures OUT already holds (a run stopped before its benches)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     target_dir, demo_draft = write_pair(args.out / "pair")
     corpus = lib.load_corpus(ROOT / "scripts" / "demo_corpus")
     calib = args.out / "calib.txt"
     calib.write_text("\n\n".join(corpus.train))
-    summary: dict[str, Any] = {"command": " ".join(sys.argv), "load_at_start": os.getloadavg(), "made": {}}
     record = args.out / "draft_from_target.json"
+    earlier: dict[str, Any] = json.loads(record.read_text()) if args.reuse and record.is_file() else {}
+    summary: dict[str, Any] = {"command": " ".join(sys.argv), "load_at_start": os.getloadavg(), "made": {}}
+    if earlier:
+        summary["earlier"] = {k: earlier[k] for k in ("command", "load_at_start") if k in earlier}
     made: dict[str, Path] = {}
     for size in args.size:
         name = "made" if size is None else f"made-{size:g}"
+        if name in earlier.get("made", {}) and (args.out / name / "config.json").is_file():
+            made[name] = args.out / name
+            summary["made"][name] = earlier["made"][name]
+            continue
         started = time.time()
         options: dict[str, Any] = {k: v for k, v in {"minutes": args.minutes, "steps": args.steps,
                                                      "samples": args.samples, "size": size}.items()
@@ -122,12 +134,16 @@ def main() -> None:
         summary["made"][name] = {"draft_wall_min": (time.time() - started) / 60, "load_after": os.getloadavg(),
                                  "report": {k: v for k, v in result.report.items() if k != "files"}}
         record.write_text(json.dumps(summary, indent=2) + "\n")  # each step kept as measured
-    summary["quality"] = measure(target_dir, {**made, "demo": demo_draft})
+    reused = earlier.get("quality") or {}
+    summary["quality"] = reused if set(reused) == {*made, "demo"} else measure(target_dir, {**made, "demo": demo_draft})
     record.write_text(json.dumps(summary, indent=2) + "\n")
+    if args.bench_sizes is not None:
+        made = {name: path for name, path in made.items() if name in {f"made-{s:g}" for s in args.bench_sizes}}
     if args.bench:
         first = next(iter(made))
-        runs = [*((name, path, True) for name, path in made.items()), ("demo", demo_draft, True),
-                (f"{first}_unshared", made[first], False)]
+        # the unshared bundle before the demo draft's: a run cut short still has peak RSS with and without sharing
+        runs = [*((name, path, True) for name, path in made.items()), (f"{first}_unshared", made[first], False),
+                ("demo", demo_draft, True)]
         summary["bench"] = {}
         for name, path, share in runs:
             summary["bench"][name] = bench(target_dir, path, args.out / f"bench-{name}", share) | {

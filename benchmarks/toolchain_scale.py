@@ -2,6 +2,7 @@
 
     python benchmarks/toolchain_scale.py --sizes 0.1b,0.5b --work /tmp/scale
     python benchmarks/toolchain_scale.py --sizes 1.24b --stages export,surgery,quantize-awq
+    python benchmarks/toolchain_scale.py --sizes 0.5b --stages draft --draft-args "--minutes 5"
 
 Shapes are those of shipped checkpoints (hub downloads are not needed): 0.1b = SmolLM2-135M
 (vocab 49,152), 0.5b = Qwen2.5-0.5B (vocab 151,936), 1.24b = Llama-3.2-1B (vocab 128,256), all
@@ -9,8 +10,10 @@ with tied embeddings, as released. The tokenizer is a word-level one of exactly 
 vocabulary (the calibration text's words, then filler tokens), so the embedding and head have
 their real sizes. Each stage runs as its own `specdec` process, as a user runs it; peak RSS is that
 process's (os.wait4), so stages never inherit each other's memory. The draft is the same shape with
-DRAFT_LAYERS layers (random-init too: the numbers are cost, not acceptance). Prints one markdown
-table row per stage.
+DRAFT_LAYERS layers (random-init too: the numbers are cost, not acceptance). The `draft` stage
+(`specdec draft` on the random-init target; not in the default stage list) is cost only as well:
+its row notes the draft's parameters and bytes shared / not shared with the target from its
+draft_report.json. Prints one markdown table row per stage.
 """
 
 from __future__ import annotations
@@ -55,7 +58,10 @@ STAGES: dict[str, tuple[str | None, list[str]]] = {
     "compile-npu": ("quantize-rtn", ["--target", "npu"]),
     # short settings: the model drafter only, two prompts of eight tokens (TUNE_PROMPTS, written per size)
     "tune": ("compile-cpu", ["--device", "local", "--drafter", "model", "--max-new-tokens", "8"]),
+    # a draft made from the target (its default size and budget unless --draft-args says otherwise)
+    "draft": (None, []),
 }
+DEFAULT_STAGES = [stage for stage in STAGES if stage != "draft"]  # draft: cost of making one, asked for by name
 TUNE_PROMPTS = 2
 
 
@@ -150,11 +156,25 @@ def measure(size: str, stages: list[str], work: Path, extra: dict[str, list[str]
         seconds, cpu, rss, code = run_measured(specdec_command(stage, source, out, [*args, *extra.get(stage, [])]),
                                                root / f"{stage}.log")
         tail = (root / f"{stage}.log").read_text().strip().splitlines()[-1:] if code else []
-        results.append(Measured(size, stage, seconds, cpu, rss, code, tail[0][:120] if tail else ""))
+        note = tail[0][:120] if tail else draft_note(out) if stage == "draft" else ""
+        results.append(Measured(size, stage, seconds, cpu, rss, code, note))
         # each row as it is measured: a long run stopped part way keeps what it measured
         print(f"measured: {json.dumps(results[-1].__dict__)}", file=sys.stderr, flush=True)
         (root / "measured.json").write_text(json.dumps([r.__dict__ for r in results], indent=1))
     return results
+
+
+def draft_note(out: Path) -> str:
+    """The made draft's size and sharing, from its draft_report.json."""
+    from specdec.pipeline.draft import report
+
+    data = report.read(out)
+    if data is None:
+        return "no draft_report.json"
+    sizes, plan = data["sizes"], data["plan"]
+    return (f"draft {sizes['params'] / 1e6:.1f}M params ({len(plan['layers'])} layers, {plan['kv_heads']} KV heads, "
+            f"FFN {plan['intermediate']}), own {sizes['own_bytes'] / 2**20:.0f} MiB, shared "
+            f"{sizes['shared_bytes'] / 2**20:.0f} MiB, {data['steps']} steps, {data['minutes']:.1f} min")
 
 
 def _duration(seconds: float) -> str:
@@ -174,10 +194,11 @@ def table(results: list[Measured], parameters: dict[str, int]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--sizes", default="0.1b,0.5b", help=f"Comma list of {', '.join(SHAPES)}.")
-    parser.add_argument("--stages", default=",".join(STAGES), help=f"Comma list of {', '.join(STAGES)}.")
+    parser.add_argument("--stages", default=",".join(DEFAULT_STAGES), help=f"Comma list of {', '.join(STAGES)}.")
     parser.add_argument("--work", type=Path, default=Path("benchmarks/results/toolchain_scale"),
                         help="Directory for checkpoints, bundles and logs.")
     parser.add_argument("--quantize-args", default="", help="Extra arguments for every quantize stage.")
+    parser.add_argument("--draft-args", default="", help="Extra arguments for the draft stage, e.g. '--minutes 5'.")
     parser.add_argument("--keep", action="store_true", help="Keep the bundles (default: keep checkpoints only).")
     parser.add_argument("--build", help=argparse.SUPPRESS)  # internal: build one checkpoint into --work
     args = parser.parse_args()
@@ -189,6 +210,7 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown stage or size: {', '.join(unknown)}")
     extra = {stage: args.quantize_args.split() for stage in STAGES if stage.startswith("quantize")}
+    extra["draft"] = args.draft_args.split()
     results: list[Measured] = []
     parameters: dict[str, int] = {}
     for size in args.sizes.split(","):

@@ -94,3 +94,12 @@ def test_realistic_growth_in_width_keeps_the_function(monkeypatch: pytest.Monkey
         expected, got = source(ids).logits, grown(ids).logits
     assert torch.equal(expected.argmax(-1), got.argmax(-1))
     assert float((expected - got).abs().max()) < 1e-3
+
+
+def test_toolchain_scale_draft_stage_notes_the_drafts_sharing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    _run(monkeypatch, "toolchain_scale.py", "--sizes", "tiny", "--stages", "draft", "--work", str(tmp_path),
+         "--draft-args", "--steps 2 --samples 8 --layers 1")
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", "draft"]
+    assert "(1 layers, 2 KV heads" in rows[1] and "shared" in rows[1] and rows[1].endswith("|"), rows
