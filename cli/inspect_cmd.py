@@ -97,6 +97,14 @@ def render_quantization(bundle: Bundle) -> None:
     quality = bundle.manifest.reports.get("quantize")
     if isinstance(quality, dict) and "graphs" in quality:
         out.print(quality_table(quality, quantization))
+    for name, variant in bundle.manifest.variants.items():  # the target in further weight formats
+        size = bundle.manifest.files.get(variant.graph.file)
+        report = quality.get("variants", {}).get(name, {}) if isinstance(quality, dict) else {}
+        ppl = report.get("graphs", {}).get("target", {}).get("perplexity_increase_pct")
+        out.print(f"target also in {name} ({variant.format}): {variant.graph.file}"
+                  f"{f', {human_bytes(size.size)}' if size else ''}"
+                  f"{f', perplexity {ppl:+.2f} %' if ppl is not None else ''}"
+                  f"{f', fused {variant.fused.file}' if variant.fused else ''}; `tune` chooses per device")
 
 
 def render_plan(bundle: Bundle) -> None:

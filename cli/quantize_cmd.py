@@ -27,7 +27,9 @@ def quantize(
                                     "weights x per-row uint8 activations (standard MatMulInteger, int32 sums): "
                                     "every row computed as if alone, a verify cost nearly flat in the tree size. "
                                     "Default: the profile's quantize.format (local-cpu: w8a8), or nbits when a "
-                                    "setting only nbits has is given (--method awq/gptq, --group-size, ...)."),
+                                    "setting only nbits has is given (--method awq/gptq, --group-size, ...). "
+                                    "A comma list (nbits,w8a8) also stores the target in the later formats, "
+                                    "sharing the rest; `tune` measures each and its plan picks one."),
     method: str = typer.Option(None, "--method",
                                help="awq | gptq | rtn, for both graphs (default: awq for nbits; w8a8 is rtn only)."),
     target_method: str = typer.Option(None, "--target-method", help="Override --method for the target."),
@@ -90,4 +92,9 @@ def quantize(
     quantization = result.manifest.quantization
     ops = "standard MatMulInteger, exact by construction per row" if quantization.row_invariant else \
         "com.microsoft MatMulNBits"
+    for name, variant in result.manifest.variants.items():
+        target = report["variants"][name]["graphs"]["target"]
+        err.print(f"the target also in {name}: {variant.graph.file}, perplexity "
+                  f"{target['perplexity_increase_pct']:+.2f} %, {target['bytes_after'] / 2**20:.1f} MiB "
+                  "(`specdec tune` measures each format and the plan picks one)")
     err.print(f"wrote [bold]{result.path}[/]; stock onnxruntime runs it ({ops})")

@@ -103,7 +103,8 @@ def plan_fit_line(plan: DevicePlan) -> str:
             f"{fit.max_residual * 100:.0f} %; the plan uses the measured curve), "
             f"plain step {plan.plain_step_ms:.2f} ms{confirmed}"
             + (f", under the KV policy {plan.kv_policy}" if plan.kv_policy else "")
-            + "".join(f"\n{note}" for note in plan.notes))
+            + "".join(f"\n{note}" for note in plan.notes)
+            + "".join(f"\n  {line}" for line in plan.formats_compared))
 
 
 def _fmt(value: Any, unit: str = "") -> str:

@@ -13,10 +13,12 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
+from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
+from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.profiles import load_device
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.config import WeightFormat
@@ -88,7 +90,8 @@ def _config(tokens: int, speculative: bool, exact: bool):  # type: ignore[no-unt
     return DecodeConfig(max_new_tokens=tokens, speculative=speculative, exact_layout=exact)
 
 
-def test_tune_measures_each_format_and_generate_uses_the_plans(two, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_tune_measures_each_format_and_generate_and_bench_use_the_plans(two, prompts_file: Path,  # type: ignore[no-untyped-def]
+                                                                       tmp_path: Path) -> None:
     tuned, plan = tune_bundle(TuneConfig(output=tmp_path / "tuned", max_new_tokens=12), two[2])
     assert plan.weight_format in ("nbits", "w8a8")
     assert [line.split(":")[0] for line in plan.formats_compared] == ["nbits", "w8a8"]
@@ -104,6 +107,15 @@ def test_tune_measures_each_format_and_generate_uses_the_plans(two, tmp_path: Pa
     plain = replace(settings.config, speculative=False)
     for prompt in ([5, 6, 7], [1]):
         assert engine.generate(prompt, settings.config).output_ids == engine.generate(prompt, plain).output_ids
+    # the device gets the plan's format only, and decodes with it
+    files = bundle_files(tuned, plan.weight_format)
+    chosen, other = (("cpu/w8a8/target.onnx", "cpu/target.onnx") if plan.weight_format == "w8a8"
+                     else ("cpu/target.onnx", "cpu/w8a8/target.onnx"))
+    assert chosen in files and other not in files and "cpu/draft.onnx" in files
+    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts_file, limit=2, max_new_tokens=10),
+                        tuned)
+    assert outcome.results.plan is not None and outcome.results.plan.source == "bundle"
+    assert outcome.results.lossless.equal
 
 
 def _plan(name: str, speedup: float, plain_ms: float, exact: bool) -> DevicePlan:
