@@ -51,10 +51,12 @@ SHAPES: dict[str, dict[str, Any]] = {
 STAGES: dict[str, tuple[str | None, list[str]]] = {
     "export": (None, []),
     "surgery": ("export", []),
-    "quantize-rtn": ("surgery", ["--method", "rtn"]),
+    "quantize-rtn": ("surgery", ["--method", "rtn"]),  # the local profile's format: w8a8 (rtn only)
+    "quantize-rtn-nbits": ("surgery", ["--method", "rtn", "--format", "nbits"]),  # MatMulNBits, int8 head
     "quantize-awq": ("surgery", ["--method", "awq"]),
     "quantize-gptq": ("surgery", ["--method", "gptq"]),
     "compile-cpu": ("quantize-rtn", ["--target", "cpu"]),
+    "compile-cpu-nbits": ("quantize-rtn-nbits", ["--target", "cpu"]),
     "compile-npu": ("quantize-rtn", ["--target", "npu"]),
     # short settings: the model drafter only, two prompts of eight tokens (TUNE_PROMPTS, written per size)
     "tune": ("compile-cpu", ["--device", "local", "--drafter", "model", "--max-new-tokens", "8"]),

@@ -42,6 +42,51 @@ def load_graph(path: Path, *, weights: bool = True) -> onnx.ModelProto:
     return onnx.load(str(path), load_external_data=weights)
 
 
+def _external_place(tensor: onnx.TensorProto, base_dir: Path) -> tuple[Path, int, int | None]:
+    """(file, offset, length or None: to the end) of a tensor's external data, inside `base_dir`."""
+    from specdec.pipeline.errors import BundleError
+
+    fields = {entry.key: entry.value for entry in tensor.external_data}
+    root = base_dir.resolve()
+    path = (root / fields.get("location", "")).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
+        raise BundleError(f"tensor '{tensor.name}' points at external data '{fields.get('location')}' that is not a "
+                          f"file inside '{base_dir}'", "re-export the bundle")
+    length = fields.get("length")
+    return path, int(fields.get("offset", 0)), int(length) if length is not None else None
+
+
+def read_external(tensor: onnx.TensorProto, base_dir: Path) -> Any:
+    """A tensor stored in external data, as a numpy array read straight from its file.
+
+    Not onnx's reader: onnx >= 1.19 refuses a data file with more than one hard link, and a
+    calibration probe hard-links the source's data file while it runs (or for good, when its
+    process was killed), which made the source unreadable to a second quantize."""
+    import numpy as np
+    from onnx import helper
+
+    path, offset, length = _external_place(tensor, base_dir)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    count = (length // dtype.itemsize) if length is not None else -1
+    return np.fromfile(path, dtype=dtype, count=count, offset=offset).reshape(tuple(tensor.dims))
+
+
+def load_external_data(model: onnx.ModelProto, base_dir: Path) -> None:
+    """Every external tensor of `model` read into it from `base_dir` (read_external's reader)."""
+    from onnx import TensorProto
+    from onnx.external_data_helper import uses_external_data
+
+    for tensor in model.graph.initializer:
+        if not uses_external_data(tensor):
+            continue
+        path, offset, length = _external_place(tensor, base_dir)
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            tensor.raw_data = handle.read() if length is None else handle.read(length)
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.DEFAULT
+
+
 def external_bytes(path: Path, location: str) -> int:
     """Bytes of the graph's initializers stored in the external-data file `location` (structure only)."""
     total = 0

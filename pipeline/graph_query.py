@@ -125,9 +125,14 @@ def find_layers(model: onnx.ModelProto) -> list[Layer]:
 def load_weight(model: onnx.ModelProto, layer: Layer, base_dir: Path | None = None) -> np.ndarray:
     """The layer's weight as W[K, N] (x @ W), in its stored dtype; `base_dir`: where a structure-only
     model's external data lies (the weight is read from there alone)."""
+    from onnx.external_data_helper import uses_external_data
+
+    from specdec.pipeline.graph_io import read_external
+
     for init in model.graph.initializer:
         if init.name == layer.weight:
-            array = numpy_helper.to_array(init, base_dir=str(base_dir) if base_dir is not None else "")
+            external = base_dir is not None and uses_external_data(init)
+            array = read_external(init, base_dir) if external and base_dir is not None else numpy_helper.to_array(init)
             return np.ascontiguousarray(array.T if layer.transposed else array)
     raise KeyError(layer.weight)
 

@@ -38,6 +38,7 @@ ACTIVATION_MAX = 127
 # weight bits -> largest |code|; 7 bits is safe on every CPU, 8 bits needs VNNI or arm64 (docstring)
 WEIGHT_MAX = {7: 63, 8: 127}
 _TINY = np.finfo(np.float32).tiny
+_CHUNK = 1 << 22  # weight values per chunk of quantize_columns
 
 
 @dataclass(frozen=True)
@@ -60,18 +61,24 @@ class Int8Columns:
     def nbytes(self) -> int:
         return int(self.codes.nbytes + self.scales.nbytes)
 
-    def dequantized(self) -> np.ndarray:
-        weight: np.ndarray = (self.codes.astype(np.float32) * self.scales[None, :]).astype(np.float32)
+    def dequantized(self, columns: slice = slice(None)) -> np.ndarray:
+        weight: np.ndarray = (self.codes[:, columns].astype(np.float32) * self.scales[None, columns]).astype(np.float32)
         return weight
 
 
 def quantize_columns(weight: np.ndarray, weight_bits: int) -> Int8Columns:
     """Round-to-nearest per output column of W [K, N] (x @ W)."""
     limit = WEIGHT_MAX[weight_bits]
-    w = weight.astype(np.float32)
-    peak = np.abs(w).max(axis=0)
-    scales = np.where(peak > 0, peak / np.float32(limit), np.float32(1.0)).astype(np.float32)
-    codes = np.clip(np.rint(w / scales[None, :]), -limit, limit).astype(np.int8)
+    k, n = weight.shape
+    codes = np.empty((k, n), np.int8)
+    scales = np.empty(n, np.float32)
+    step = max(1, _CHUNK // max(k, 1))  # a 128k-token head's float temporaries would be GBs each
+    for start in range(0, n, step):
+        part = slice(start, min(start + step, n))
+        w = weight[:, part].astype(np.float32)
+        peak = np.abs(w).max(axis=0)
+        scales[part] = np.where(peak > 0, peak / np.float32(limit), np.float32(1.0))
+        codes[:, part] = np.clip(np.rint(w / scales[None, part]), -limit, limit)
     return Int8Columns(codes, scales, limit)
 
 

@@ -19,11 +19,10 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx.external_data_helper import load_external_data_for_model
 
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, Manifest, input_digests
 from specdec.pipeline.errors import BundleError, InputError, setting
-from specdec.pipeline.graph_io import describe_io, graph_files, load_graph, save_graph
+from specdec.pipeline.graph_io import describe_io, graph_files, load_external_data, load_graph, save_graph
 from specdec.pipeline.graph_query import Layer, find_layers, load_weight
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.quantize import calibration, quality, w8a8
@@ -128,7 +127,7 @@ def _quantize_graph(model: onnx.ModelProto, source: Path, role: str, spec: Graph
                 task.advance()
     apply_rewrites(model, rewrites)
     # the float weights that are left (embeddings, norms) come in now that the layers' are gone
-    load_external_data_for_model(model, str(source.parent))
+    load_external_data(model, source.parent)
     return GraphQuantization(
         method=method.value,
         group_size=config.group_size or "auto",
@@ -192,7 +191,8 @@ def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConf
 def _quantize_graph_w8a8(model: onnx.ModelProto, source: Path, role: str, spec: GraphSpec, plans: list[LayerPlan],
                          config: QuantizeConfig, data: calibration.CalibrationData, workdir: Path,
                          progress: Progress) -> GraphQuantization:
-    record = w8a8.quantize_graph(model, role, [plan.layer for plan in plans], config, progress)
+    record = w8a8.quantize_graph(model, role, [plan.layer for plan in plans], config, progress, source.parent)
+    load_external_data(model, source.parent)  # as in _quantize_graph: the rest, now the layers are gone
     record.embeddings = _quantize_embeddings(model, role, config, spec.vocab_size)
     return record
 
@@ -257,10 +257,10 @@ def _quantize_role(source: Bundle, role: str, spec: GraphSpec, plans: list[Layer
     """Quantize the source's `role` graph into `config.weight_format`, written to `workdir`/`spec.file`
     (whose inputs and outputs `spec` then describes)."""
     quantize_graph = FORMATS[config.weight_format][0]
-    # nbits reads each layer's weight from the source's files when its turn comes and the rest
-    # after the layers are replaced: the float graph is never in memory beside the calibration
-    # probe's onnxruntime session (5 GB each at 1.24B)
-    model = load_graph(source.graph_path(role), weights=config.weight_format is not WeightFormat.nbits)
+    # each layer's weight is read from the source's files when its turn comes and the rest after
+    # the layers are replaced: the float graph is never in memory beside the calibration probe's
+    # onnxruntime session (5 GB each at 1.24B), nor whole beside its quantized layers
+    model = load_graph(source.graph_path(role), weights=False)
     record = quantize_graph(model, source.graph_path(role), role, spec, plans, config, data, workdir, progress)
     out = workdir / spec.file
     save_graph(model, out)

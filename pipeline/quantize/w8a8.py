@@ -9,6 +9,8 @@ mixed precision and do not apply (every layer here is already 8-bit).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 
@@ -16,14 +18,16 @@ from specdec.pipeline import int8_matmul
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.graph_query import Layer, load_weight
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.quantize.algorithms.base import relative_error
 from specdec.pipeline.quantize.config import QuantizeConfig
 from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
 from specdec.pipeline.records.manifest import GraphQuantization, LayerQuantization
 
 
 def quantize_graph(model: onnx.ModelProto, role: str, layers: list[Layer], config: QuantizeConfig,
-                   progress: Progress) -> GraphQuantization:
-    """Rewrite `layers` of `model` in place into w8a8 and return the graph's record."""
+                   progress: Progress, base_dir: Path | None = None) -> GraphQuantization:
+    """Rewrite `layers` of `model` in place into w8a8 and return the graph's record; `base_dir`: where a
+    structure-only model's external data lies (each layer's weight is read from there when its turn comes)."""
     records: dict[str, LayerQuantization] = {}
     rewrites: list[Rewrite] = []
     with progress.task(f"{role}: w8a8 rtn on {len(layers)} layers", total=len(layers)) as task:
@@ -36,10 +40,9 @@ def quantize_graph(model: onnx.ModelProto, role: str, layers: list[Layer], confi
                 # int32 sums past 65504 overflow a float16 rescale; the format keeps float32 activations
                 raise InputError(f"{role} layer {layer.name} computes in {np.dtype(layer.dtype).name}; the w8a8 "
                                  "format needs a float32 graph", "export the bundle in float32, or use --format nbits")
-            weight = load_weight(model, layer)
+            weight = load_weight(model, layer, base_dir)
             columns = int8_matmul.quantize_columns(weight, config.w8a8_weight_bits)
-            norm = float(np.linalg.norm(weight.astype(np.float64)))
-            error = float(np.linalg.norm(columns.dequantized() - weight)) / norm if norm else 0.0
+            error = relative_error(weight, columns.dequantized)
             records[layer.name] = LayerQuantization(bits=8, method="rtn", weight_rel_error=error)
             rewrites.append(Rewrite(layer, columns, None, 0))
             task.advance()

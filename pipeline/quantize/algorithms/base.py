@@ -74,26 +74,33 @@ class QuantResult:
         return weight
 
     def relative_error(self, weight: np.ndarray, block_size: int) -> float:
-        """||effective_weight - weight|| / ||weight||, in float32 column chunks.
+        """||effective_weight - weight|| / ||weight||, without effective_weight's float64 copy."""
+        n = weight.shape[1]
+        scales, zero_points = self.scales.reshape(n, -1), self.zero_points.reshape(n, -1)
+        factor = None if self.input_scale is None else self.input_scale.astype(np.float32)[:, None]
 
-        A 1B model's tied head is 2048 x 128,256: effective_weight's float64 copy of it (plus the
-        difference and the float64 weight) was 6 GB and most of a minute; chunks of ERROR_CHUNK
-        values stay in cache-sized float32 arrays and only the sums are float64."""
-        k, n = weight.shape
-        scales = self.scales.reshape(n, -1)
-        zero_points = self.zero_points.reshape(n, -1)
-        step = max(1, ERROR_CHUNK // max(k, 1))
-        error, norm = 0.0, 0.0
-        for start in range(0, n, step):
-            columns = slice(start, min(start + step, n))
-            exact = weight[:, columns].astype(np.float32)
-            approx = dequantize(self.codes[:, columns], scales[columns], zero_points[columns], block_size)
-            if self.input_scale is not None:
-                approx *= self.input_scale.astype(np.float32)[:, None]
-            approx -= exact
-            error += float(np.einsum("ij,ij->", approx, approx, dtype=np.float64))
-            norm += float(np.einsum("ij,ij->", exact, exact, dtype=np.float64))
-        return math.sqrt(error / norm) if norm else 0.0
+        def columns(part: slice) -> np.ndarray:
+            approx = dequantize(self.codes[:, part], scales[part], zero_points[part], block_size)
+            return approx if factor is None else approx * factor
+
+        return relative_error(weight, columns)
+
+
+def relative_error(weight: np.ndarray, approx: Callable[[slice], np.ndarray]) -> float:
+    """||A - W|| / ||W|| for W [K, N], A's columns from `approx(columns)`, in float32 column chunks.
+
+    A 1B model's tied head is 2048 x 128,256: a float64 copy of it, of its approximation and of
+    their difference is 6 GB; chunks of ERROR_CHUNK values stay small and only the sums are float64."""
+    k, n = weight.shape
+    step = max(1, ERROR_CHUNK // max(k, 1))
+    error, norm = 0.0, 0.0
+    for start in range(0, n, step):
+        part = slice(start, min(start + step, n))
+        exact = weight[:, part].astype(np.float32)
+        difference = approx(part).astype(np.float32) - exact
+        error += float(np.einsum("ij,ij->", difference, difference, dtype=np.float64))
+        norm += float(np.einsum("ij,ij->", exact, exact, dtype=np.float64))
+    return math.sqrt(error / norm) if norm else 0.0
 
 
 @dataclass(frozen=True)
