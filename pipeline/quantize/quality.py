@@ -1,6 +1,7 @@
 """The quality report: what quantization cost, measured on the same data before and after.
 
-Per graph: bytes on disk and perplexity on the held-out slice (or `--eval`). For the pair: the
+Per graph: bytes on disk, perplexity on the held-out slice (or `--eval`) and how far the quantized
+graph's logits moved from the float graph's there (`logits_error`). For the pair: the
 draft's teacher-forced top-1 agreement with the target on those windows (a greedy acceptance
 proxy) and the engine's mean accepted length on greedy prompts from the held-out slice, for the
 float pair and for the quantized pair. The quantized bundle is also checked to decode
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +88,41 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
     return result
 
 
-def _score(graph: Graph, windows: list[np.ndarray]) -> tuple[float, list[np.ndarray]]:
-    """Perplexity over the windows (next-token NLL) and each position's argmax."""
+class LogitsError:
+    """How far a graph's logits move from a reference's on the same windows, measured the way compile's
+    validators measure a fused or static graph against its dynamic one (compile/fused/validate.py):
+    max|after - before| / max(1, max|before|), over all the windows. `record` keeps each window's
+    reference logits (float32, windows x length x vocab: ~130 MB for 2 x 128 tokens at a 128k
+    vocabulary); `compare` consumes them."""
+
+    def __init__(self) -> None:
+        self._reference: list[np.ndarray] = []
+        self._diff, self._scale = 0.0, 0.0
+
+    def record(self, index: int, logits: np.ndarray) -> None:
+        self._reference.append(logits.astype(np.float32))
+
+    def compare(self, index: int, logits: np.ndarray) -> None:
+        want = self._reference[index]
+        self._diff = max(self._diff, float(np.max(np.abs(logits.astype(np.float32) - want))))
+        self._scale = max(self._scale, float(np.max(np.abs(want))))
+        self._reference[index] = np.empty(0, np.float32)  # compared: free it
+
+    @property
+    def value(self) -> float:
+        return self._diff / max(1.0, self._scale)
+
+
+def _score(graph: Graph, windows: list[np.ndarray],
+           each: Callable[[int, np.ndarray], None] | None = None) -> tuple[float, list[np.ndarray]]:
+    """Perplexity over the windows (next-token NLL) and each position's argmax; `each` sees every
+    window's logits."""
     nll, count, argmax = 0.0, 0, []
-    for window in windows:
+    for index, window in enumerate(windows):
         logits, _ = prefill(graph, window)
         assert logits is not None
+        if each is not None:
+            each(index, logits)
         argmax.append(np.argmax(logits, axis=-1))
         if window.size > 1:
             logprobs = _log_softmax(logits[:-1])
@@ -178,13 +209,17 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
             record: dict[str, Any] = {"bytes_before": graph_bytes(source_dir, spec),
                                       "bytes_after": graph_bytes(output_dir, after[role])}
             record["size_ratio"] = record["bytes_after"] / record["bytes_before"]
-            for when, root, which in (("before", source_dir, spec), ("after", output_dir, after[role])):
+            error = LogitsError()
+            for when, root, which, each in (("before", source_dir, spec, error.record),
+                                            ("after", output_dir, after[role], error.compare)):
                 with progress.task(f"{role} {when}: perplexity on {windows} windows"):
                     graph = Graph(graph_info(role, which, root / which.file))
-                    record[f"perplexity_{when}"], argmax[(role, when)] = _score(graph, data.eval_windows)
+                    record[f"perplexity_{when}"], argmax[(role, when)] = _score(graph, data.eval_windows, each)
                     del graph  # one graph's session at a time (5 GB at 1.24B)
                 task.advance()
             record["perplexity_increase_pct"] = 100.0 * (record["perplexity_after"] / record["perplexity_before"] - 1)
+            # what the format itself moves the logits: compile scales its int8-compute tolerance by it
+            record["logits_error"] = error.value
             graphs[role] = record
         unchanged = sum(graph_bytes(source_dir, specs[role]) for role in specs if role not in changed)
         total_before = unchanged + sum(g["bytes_before"] for g in graphs.values())

@@ -20,7 +20,7 @@ from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
 from specdec.pipeline.compile.fused.builder import build_decoder
 from specdec.pipeline.compile.fused.kv_int8 import calibrate_scales
-from specdec.pipeline.compile.fused.validate import validate_fused
+from specdec.pipeline.compile.fused.validate import format_logits_error, validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
 from specdec.pipeline.errors import BundleError
@@ -106,7 +106,8 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
             info = replace(dynamic[role], file=path)
             runner = FusedRunner(info, path, settings.max_context, SessionOptions(threads=1))
             int8 = manifest.quantization is not None and manifest.quantization.int8_activations(role)
-            validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size, int8_compute=int8)
+            validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size, int8_compute=int8,
+                                              logits_error=format_logits_error(manifest.reports, role))
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
             tokens = (kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)

@@ -8,14 +8,16 @@ custom ops' outputs must be identical.
 
 Graphs that compute in int8 (MatMulNBits accuracy level 4, the w8a8 format) quantize every activation row: the
 last-bit differences a fused op makes (a fused norm, a packed projection) move some values
-across a rounding step, so their logits get the INT4 tolerance, and the custom ops' outputs are
-compared wherever both graphs rank each row's top candidates the same (elsewhere the ops
-legitimately choose differently, as any two int8 graphs would).
+across a rounding step, and a flipped step early on is carried through every later layer. Their
+logits get a tolerance scaled by what the format itself moves them (`int8_tolerance`), and the
+custom ops' outputs are compared wherever both graphs rank each row's top candidates the same
+(elsewhere the ops legitimately choose differently, as any two int8 graphs would).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +30,13 @@ from specdec.pipeline.runtime.tree import ancestor_matrix
 FP32_TOLERANCE = 1e-5
 FP16_TOLERANCE = 2e-2
 INT8_COMPUTE_TOLERANCE = 2e-2
+# An int8-compute graph may differ from its dynamic graph by at most this fraction of what the
+# format itself moves the logits (quantize's `logits_error`, quantized vs float on the eval windows):
+# the flipped rounding steps are noise of the same kind as the format's own, so a fixed bound is
+# wrong at one size or another. At the Llama-3.2-1B shape (random init, 16 layers) w8a8 moved the
+# logits by 0.149 and the fused graph differed from the dynamic one by 0.0517 (issue 25); on the
+# tiny test models the fixed 2e-2 is the larger bound and stays.
+INT8_ERROR_FRACTION = 0.5
 _RANKED = 8  # candidates per row whose order decides the ops (the prune op's max_k)
 TREE_PARENTS = np.array([-1, 0, 0, 1, 1, 2, 4, 6], np.int64)
 _PROMPT = 11
@@ -55,6 +64,30 @@ def _outputs(runner: Runner) -> tuple[str, ...]:
     return ()
 
 
+def int8_tolerance(logits_error: float | None) -> float:
+    """The logits tolerance of an int8-compute graph whose format moved the logits by `logits_error`
+    (None: not recorded, the fixed INT8_COMPUTE_TOLERANCE)."""
+    if logits_error is None or not np.isfinite(logits_error):
+        return INT8_COMPUTE_TOLERANCE
+    return max(INT8_COMPUTE_TOLERANCE, INT8_ERROR_FRACTION * logits_error)
+
+
+def tolerance_basis(int8_compute: bool, logits_error: float | None) -> str:
+    """Where an int8-compute tolerance came from, for the error message."""
+    if not int8_compute:
+        return ""
+    if logits_error is None:
+        return "; int8 compute, the bundle records no quantization logits error"
+    return (f"; int8 compute: max({INT8_COMPUTE_TOLERANCE:g}, {INT8_ERROR_FRACTION:g} x the format's own logits "
+            f"error {logits_error:.3g} from quantize's report)")
+
+
+def format_logits_error(reports: dict[str, Any], role: str) -> float | None:
+    """The `role` graph's logits error in quantize's quality report, if the bundle has one."""
+    value = reports.get("quantize", {}).get("graphs", {}).get(role, {}).get("logits_error")
+    return float(value) if isinstance(value, int | float) else None
+
+
 def same_ranking(got: np.ndarray, want: np.ndarray) -> bool:
     top = min(_RANKED, want.shape[-1])
     return bool(np.array_equal(np.argsort(-got, axis=-1, kind="stable")[..., :top],
@@ -62,10 +95,11 @@ def same_ranking(got: np.ndarray, want: np.ndarray) -> bool:
 
 
 def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int = 0,
-                   int8_compute: bool = False) -> float:
-    """Worst relative logits difference of `fused` vs the dynamic graph; raises beyond tolerance."""
+                   int8_compute: bool = False, logits_error: float | None = None) -> float:
+    """Worst relative logits difference of `fused` vs the dynamic graph; raises beyond tolerance.
+    `logits_error`: what the quantization moved this graph's logits (int8 compute scales by it)."""
     if int8_compute:
-        tolerance = INT8_COMPUTE_TOLERANCE
+        tolerance = int8_tolerance(logits_error)
     else:
         tolerance = FP16_TOLERANCE if fused.dtype == np.float16 else FP32_TOLERANCE
     reference = DynamicRunner(dynamic, SessionOptions(threads=1))
@@ -99,7 +133,9 @@ def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int =
         diff = _relative(got, want)
         if not np.isfinite(diff) or diff > tolerance:
             raise ValidationError(f"fused {dynamic.role} graph: {case} logits differ from the dynamic graph by "
-                                  f"{diff:.3g} (relative)", "report this with SPECDEC_DEBUG=1 output")
+                                  f"{diff:.3g} (relative; tolerance {tolerance:.3g}"
+                                  f"{tolerance_basis(int8_compute, logits_error)})",
+                                  "report this with SPECDEC_DEBUG=1 output")
         compare_ops = not int8_compute or same_ranking(got, want)
         for name in names if compare_ops else ():
             if not np.array_equal(got_ops[name], want_ops[name]):

@@ -32,6 +32,7 @@ import onnx
 from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
 from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
+from specdec.pipeline.compile.fused.validate import format_logits_error
 from specdec.pipeline.compile.optimize import ort_optimize, simplify, to_ort_format
 from specdec.pipeline.compile.static.graph import dynamic_dims, make_static, strip_custom_ops
 from specdec.pipeline.compile.static.readiness import readiness
@@ -104,7 +105,8 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
                     validation[name] = validator.check(source.graph_path(role), path, q=q, capacity=context,
                                                        dtype=spec.dtype,
                                                        window=spec.decoder.window if spec.decoder else None,
-                                                       int8_compute=int8)
+                                                       int8_compute=int8,
+                                                       logits_error=format_logits_error(manifest.reports, role))
                     simplify_notes[name] = note
                     inputs, outputs = describe_io(path)
                     rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs,

@@ -3,8 +3,9 @@
 The dynamic graph sees `past` real KV entries; the bucket sees the same entries in the first
 slots of its buffer, random garbage in the rest (masked), and the same tree of new tokens.
 Graphs that round activations to int8 (w8a8, MatMulNBits accuracy level 4) get the int8 tolerance
-and their custom-op outputs are compared where both graphs rank each row's candidates the same,
-as in the fused flavour (compile/fused/validate.py says why).
+(scaled by the format's own logits error where quantize recorded it) and their custom-op outputs
+are compared where both graphs rank each row's candidates the same, as in the fused flavour
+(compile/fused/validate.py says why).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.pipeline.compile.fused.validate import INT8_COMPUTE_TOLERANCE, same_ranking
+from specdec.pipeline.compile.fused.validate import int8_tolerance, same_ranking, tolerance_basis
 from specdec.pipeline.errors import ValidationError
 from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK, mask_feeds
 from specdec.pipeline.runtime.runner import build_mask
@@ -44,12 +45,12 @@ class BucketValidator:
         self._sessions.clear()
 
     def check(self, dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0,
-              window: int | None = None, int8_compute: bool = False) -> float:
+              window: int | None = None, int8_compute: bool = False, logits_error: float | None = None) -> float:
         session = self._sessions.get(dynamic)
         if session is None:
             session = self._sessions[dynamic] = _session(dynamic)
         return validate_bucket(dynamic, static, q=q, capacity=capacity, dtype=dtype, seed=seed, reference=session,
-                               window=window, int8_compute=int8_compute)
+                               window=window, int8_compute=int8_compute, logits_error=logits_error)
 
 
 def _session(path: Path) -> Any:
@@ -59,11 +60,13 @@ def _session(path: Path) -> Any:
 
 
 def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0,
-                    reference: Any = None, window: int | None = None, int8_compute: bool = False) -> float:
+                    reference: Any = None, window: int | None = None, int8_compute: bool = False,
+                    logits_error: float | None = None) -> float:
     """Max difference (relative to max(1, max|ref|)) of logits and new KV, bucket vs dynamic graph.
 
     `reference`: an onnxruntime session of `dynamic` already loaded; `window`: the graph's attention
-    window (its windowed layers take their own mask).
+    window (its windowed layers take their own mask); `logits_error`: what the quantization moved
+    the graph's logits (an int8-compute tolerance scales by it, fused/validate.py).
     """
     rng = np.random.default_rng(seed + q)
     np_dtype = np.dtype(dtype)
@@ -116,11 +119,12 @@ def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype
             if not np.array_equal(got[name], reference):
                 raise ValidationError(f"{static.name}: custom-op output '{name}' differs from the dynamic graph",
                                       "report this with SPECDEC_DEBUG=1 output")
-    tolerance = INT8_COMPUTE_TOLERANCE if int8_compute else FP16_TOLERANCE if np_dtype == np.float16 \
+    tolerance = int8_tolerance(logits_error) if int8_compute else FP16_TOLERANCE if np_dtype == np.float16 \
         else FP32_TOLERANCE
     if not np.isfinite(worst) or worst > tolerance:
         raise ValidationError(f"{static.name}: outputs differ from the dynamic graph by {worst:.3g} (relative; "
-                              f"tolerance {tolerance:g})", "report this with SPECDEC_DEBUG=1 output")
+                              f"tolerance {tolerance:.3g}{tolerance_basis(int8_compute, logits_error)})",
+                              "report this with SPECDEC_DEBUG=1 output")
     return worst
 
 

@@ -250,3 +250,22 @@ def test_a_full_kv_buffer_is_a_clear_error_on_both_call_paths(fused) -> None:  #
     with pytest.raises(GenerationError, match="larger --max-context"):
         runner.forward(np.array([5, 0]), room + np.arange(2), no_scratch(2), np.eye(2, dtype=bool))
     assert runner.greedy_root_step(5, 1) >= 0 and runner.length == runner.capacity  # the last slot still fits
+
+
+def test_the_int8_compute_tolerance_scales_with_the_formats_own_logits_error() -> None:
+    from specdec.pipeline.compile.fused.validate import (
+        INT8_COMPUTE_TOLERANCE,
+        format_logits_error,
+        int8_tolerance,
+        tolerance_basis,
+    )
+
+    assert int8_tolerance(None) == int8_tolerance(float("nan")) == INT8_COMPUTE_TOLERANCE == 2e-2
+    assert int8_tolerance(0.01) == 2e-2  # a small format error keeps the fixed floor
+    assert int8_tolerance(0.149) == pytest.approx(0.0745)  # issue 25: the fused 1.24B target's 0.0517 passes
+    assert int8_tolerance(0.149) >= 0.0517 > int8_tolerance(None)
+    reports = {"quantize": {"graphs": {"target": {"logits_error": 0.149}, "draft": {"perplexity_after": 2.0}}}}
+    assert format_logits_error(reports, "target") == 0.149
+    assert format_logits_error(reports, "draft") is None and format_logits_error({}, "target") is None
+    assert "0.149" in tolerance_basis(True, 0.149) and "0.5" in tolerance_basis(True, 0.149)
+    assert "no quantization logits error" in tolerance_basis(True, None) and tolerance_basis(False, 0.149) == ""

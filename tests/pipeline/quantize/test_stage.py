@@ -87,6 +87,7 @@ def test_quality_report_is_measured_and_stored(quantized, method: str) -> None: 
         assert graph["bytes_after"] < graph["bytes_before"]
         assert graph["bytes_after"] == (bundle.path / f"{role}.onnx").stat().st_size
         assert np.isfinite(graph["perplexity_before"]) and np.isfinite(graph["perplexity_after"])
+        assert 0 < graph["logits_error"] < 1  # the quantized graph's logits moved, not beyond their scale
     spec = report["speculative"]
     assert 0 < spec["top1_agreement_after"] <= 1 and spec["mean_accepted_len_after"] > 0
     assert spec["lossless_prompts"] == spec["prompts"] == 3
@@ -373,3 +374,14 @@ def test_large_vocabularies_get_quantized_tables_by_default(bundle_factory, tmp_
     assert record == {**record, "bits": "float", "reason": "--float-embeddings"}
     sizes = [sum(p.stat().st_size for p in b.path.glob("*.onnx*")) for b in (bundle, float_bundle)]
     assert sizes[0] < sizes[1]
+
+
+def test_logits_error_is_compiles_relative_measure_over_all_windows() -> None:
+    before = [np.array([[0.5, -3.0]]), np.array([[4.0, 1.0]])]
+    after = [np.array([[0.7, -3.0]]), np.array([[4.0, 0.6]])]
+    error = quality.LogitsError()
+    for index, logits in enumerate(before):
+        error.record(index, logits)
+    for index, logits in enumerate(after):
+        error.compare(index, logits)
+    assert error.value == pytest.approx(0.4 / 4.0)  # max|after - before| / max(1, max|before|)
