@@ -246,9 +246,11 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
             seq, chunk_rows = text.tokens, _chunk_sizer(cost, text, started + budget_s * budget.CORPUS_SHARE,
                                                         samples=config.samples)
             planned["text"] = {"first_chunk": text.record(), "share_s": round(budget_s * budget.CORPUS_SHARE, 1)}
-            log.info("target step %.3f s + %.4f s a token: first chunk %d rows of %d tokens (%.0f s of %.0f s%s)",
-                     cost.fixed_s, cost.token_s, text.rows, text.tokens, text.seconds, text.share_s,
-                     "" if text.fits else ", the floor: over the share")
+            # the floor over its share: the budget will not be kept, which the user should see
+            log.log(logging.INFO if text.fits else logging.WARNING,
+                    "target step %.3f s + %.4f s a token: first chunk %d rows of %d tokens (%.0f s of %.0f s%s)",
+                    cost.fixed_s, cost.token_s, text.rows, text.tokens, text.seconds, text.share_s,
+                    "" if text.fits else ", the floor: over the share")
         corpus = distill.build_corpus(target, samples=config.samples, seq=seq, seed=config.seed,
                                       start_token=int(start), vocab=shape.vocab, calib=calib, progress=progress,
                                       chunk_rows=chunk_rows)
@@ -259,8 +261,9 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
                                  seq=seq, batch=IMPORTANCE_BATCH)
             rows, tokens = probe.rows, probe.tokens
             planned["importance"] = probe.record()
-            log.info("importance probe: %d rows of %d tokens (%.0f s of %.0f s%s)", rows, tokens, probe.seconds,
-                     probe.share_s, "" if probe.fits else ", the floor: over the share")
+            log.log(logging.INFO if probe.fits else logging.WARNING,
+                    "importance probe: %d rows of %d tokens (%.0f s of %.0f s%s)", rows, tokens, probe.seconds,
+                    probe.share_s, "" if probe.fits else ", the floor: over the share")
         with progress.task("measuring layer, head and channel importance"):
             for param in target.parameters():
                 param.requires_grad_(True)
