@@ -45,35 +45,48 @@ TAYLOR_FORWARDS = 3.0  # a forward and its backward (about twice a forward) on t
 @dataclass(frozen=True)
 class StepCost:
     """The target's measured cost: `fixed_s` of any forward (weights read once, the head on one
-    token) plus `token_s` per further token in it. A decode step of r rows costs fixed + (r-1) token_s."""
+    token), `token_s` per further token of a prefill, `row_s` per further row of a cached decode step
+    (timed on its own: at the 0.5B shape a prefill's per-token rate predicted half of what decoding
+    7 rows really took)."""
 
     fixed_s: float
     token_s: float
+    row_s: float = 0.0
 
     def forward(self, tokens: int) -> float:
         return self.fixed_s + max(0, tokens - 1) * self.token_s
 
+    def decode(self, rows: int) -> float:
+        return self.fixed_s + max(0, rows - 1) * max(self.row_s, self.token_s)
+
 
 @torch.no_grad()
 def measure(target: Any, start_token: int, clock: Callable[[], float] = time.perf_counter) -> StepCost:
-    """Two short forwards, timed after a warm-up one: one token (a one-row decode step) and 4 x 16."""
-    one = torch.full((1, 1), start_token, dtype=torch.long)
+    """Short timed forwards after a warm-up one: a cached decode step of 1 row and of 8 rows, and a
+    4 x 16 prefill."""
+
+    def decode_step(rows: int) -> float:
+        ids = torch.full((rows, 1), start_token, dtype=torch.long)
+        out = target(input_ids=ids, use_cache=True)
+        began = clock()
+        target(input_ids=ids, cache=out.cache, use_cache=True)
+        return clock() - began
+
     wide = torch.full((4, 16), start_token, dtype=torch.long)
-    target(input_ids=one, use_cache=False)  # first call: allocations, lazy initialisation
-    began = clock()
-    target(input_ids=one, use_cache=False)
-    fixed = clock() - began
+    target(input_ids=wide[:1, :1], use_cache=False)  # first call: allocations, lazy initialisation
+    fixed = decode_step(1)
+    per_row = max(0.0, (decode_step(8) - fixed) / 7)
     began = clock()
     target(input_ids=wide, use_cache=False)
     per_token = max(0.0, (clock() - began - fixed) / (wide.numel() - 1))
-    return StepCost(fixed_s=fixed, token_s=per_token)
+    return StepCost(fixed_s=fixed, token_s=per_token, row_s=per_row)
 
 
 def chunk_seconds(cost: StepCost, rows: int, seq: int) -> float:
     """One chunk of `build_corpus`: `rows` sampled rows of `seq` tokens (a decode step each, the cache
-    kept), then their greedy continuations: a prefill of half a row and seq + 1 - half steps."""
+    kept), then their greedy continuations: a prefill of half a row and seq - half decode steps."""
     half = seq // 2
-    return seq * cost.forward(rows) + cost.forward(rows * half) + (seq - half) * cost.forward(rows)
+    return seq * cost.decode(rows) + cost.forward(rows * half) + (seq - half) * cost.decode(rows)
 
 
 def probe_forwards(shape: Geometry) -> float:

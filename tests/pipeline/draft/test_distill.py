@@ -48,3 +48,19 @@ def test_chunks_follow_the_sizes_asked_for() -> None:
                                   progress=SilentProgress(), chunk_rows=sizes)
     assert asked == [0, 3, 8]  # 3 rows, then 5, then the share is spent
     assert len(corpus.train) + len(corpus.heldout) + len(corpus.policy) == 2 * 8
+
+
+def test_a_spent_budget_times_one_step_not_three() -> None:
+    import copy
+    import time
+
+    model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
+    corpus = distill.build_corpus(model, samples=16, seq=16, seed=0, start_token=1, vocab=96, calib=None,
+                                  progress=SilentProgress())
+    settings = distill.TrainSettings(steps=None, minutes=1.0, batch=2, lr=1e-3, seed=0, checkpoint_minutes=0)
+    saved: list[dict[str, object]] = []
+    for param in model.parameters():
+        param.requires_grad_(False)
+    result = distill.train(model, copy.deepcopy(model), corpus, settings, deadline=time.time() - 1, resume=None,
+                           save=saved.append, progress=SilentProgress())
+    assert result["steps"] == 1 and saved[0]["total"] == 1  # the count fixed (and stored for resume) is one
