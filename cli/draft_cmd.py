@@ -32,6 +32,10 @@ def draft_table(report: dict[str, Any]) -> Table:
         ("expected accepted tokens, 8-token chain", f"{quality['expected_accepted']:.2f}"),
         ("training", f"{report['steps']} steps, {report['minutes']:.1f} min"),
     ]
+    if report.get("budget"):
+        phases = report["budget"]["phases"]
+        rows.append(("seconds spent / share: text, importance, distillation", ", ".join(
+            f"{phase.get('spent_s') or 0:.0f} / {phase.get('share_s', 0):.0f}" for phase in phases.values())))
     for row in rows:
         table.add_row(*row)
     return table

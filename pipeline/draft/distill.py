@@ -106,10 +106,12 @@ def _split(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int, vocab: int,
-                 calib: Sequence[int] | None, progress: Progress, deadline: float | None = None) -> Corpus:
-    """`samples` sampled rows and as many greedy continuations, made GENERATION_BATCH rows at a time
-    (each chunk's sampled rows, then their greedy continuations, so a corpus cut short by `deadline`
-    still holds both kinds); past `deadline` (time.time()) no further chunk starts."""
+                 calib: Sequence[int] | None, progress: Progress,
+                 chunk_rows: Callable[[int], int] | None = None) -> Corpus:
+    """Up to `samples` sampled rows and as many greedy continuations, made a chunk at a time (each
+    chunk's sampled rows, then their greedy continuations, so a corpus cut short still holds both
+    kinds). `chunk_rows(rows done)` sizes each chunk (0: stop; a budget sizes them to its share);
+    without it, GENERATION_BATCH rows a chunk until `samples`."""
     generator = torch.Generator().manual_seed(seed)
     half = seq // 2
     windows = _windows(torch.tensor(list(calib), dtype=torch.long), seq + 1, samples, generator) if calib else None
@@ -119,11 +121,15 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
     logits: dict[str, list[torch.Tensor]] = {"sampled": [], "greedy": []}
     with progress.task(f"target writes up to {samples} sampled rows and their greedy continuations",
                        total=samples) as task:
-        for begin in range(0, samples, GENERATION_BATCH):
-            if sampled_parts and deadline is not None and time.time() > deadline:
+        begin = 0
+        while begin < samples:
+            count = min(GENERATION_BATCH, samples - begin)
+            if chunk_rows is not None:
+                count = min(count, chunk_rows(begin))
+            if count < 1 and sampled_parts:
                 log.info("corpus: %d of %d rows fit the budget's share", begin, samples)
                 break
-            count = min(GENERATION_BATCH, samples - begin)
+            count = max(1, count)
             if windows is not None:
                 sampled, seen = continue_rows_logits(model, windows[begin:begin + count, :half], seq + 1 - half,
                                                      generator, keep=keep)
@@ -137,6 +143,7 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
                 logits["sampled"].append(seen)
                 logits["greedy"].append(seen_greedy)
             task.advance(count)
+            begin += count
     sampled, greedy = torch.cat(sampled_parts), torch.cat(greedy_parts)
     train_sampled, held_sampled = _split(sampled)
     train_greedy, held_greedy = _split(greedy)
@@ -281,12 +288,17 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
 
     if resume is None and deadline is not None:  # a time budget: measure a few steps, then fix the count
         # under the provisional count the warmup is WARMUP_STEPS long, as for any count >= 500
+        # up to 3 timed steps, fewer when another would end past the deadline: at the 0.5B shape a
+        # step took 60 s and three of them were the whole distillation of a 5-minute budget
         probe = min(3, settings.steps or 3)
-        started = time.time()
-        for _ in range(probe):
+        started, timed = time.time(), 0
+        while timed < probe:
             one_step(10 * WARMUP_STEPS)
-        per_step = (time.time() - started) / probe
-        total = max(probe, int((deadline - time.time()) / per_step) + probe)
+            timed += 1
+            if time.time() + (time.time() - started) / timed > deadline:
+                break
+        per_step = (time.time() - started) / timed
+        total = max(timed, int((deadline - time.time()) / per_step) + timed)
         if settings.steps is not None:
             total = min(total, settings.steps)
         log.info("%.2f s a step: %d steps fit the budget", per_step, total)

@@ -18,12 +18,13 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.draft import distill, pruning, report
+from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.progress import Progress, SilentProgress
@@ -95,11 +96,8 @@ DEFAULT_MINUTES = 15.0
 # the target); 0.03 (2 layers) and 0.02 (1 layer) agreed 0.58 and 0.38 after the same 8-minute
 # budget, below the demo draft's 0.64, so a shallower default drafts worse than the demo draft
 DEFAULT_SIZE = 0.1
-CORPUS_SHARE = 0.4  # of the budget, at most, for the target's text (generation is its costliest phase)
 END_MARGIN = 0.05  # of the budget, kept for saving the draft
-# 8, not fewer: on the realistic target 4 rows put the 99 % FFN-mass cut at 640 channels instead of
-# the 704 that compute (held-out agreement 0.846 instead of 0.986) and saved 1 of 7.4 minutes
-IMPORTANCE_ROWS = 8
+IMPORTANCE_BATCH = 4  # probe rows a pass (pruning.measure)
 
 
 @dataclass(frozen=True)
@@ -165,21 +163,54 @@ def _resume_state(config: DraftConfig, fingerprint: str) -> dict[str, Any] | Non
     return state
 
 
-def make_draft(config: DraftConfig, progress: Progress | None = None) -> DraftResult:
+def make_draft(config: DraftConfig, progress: Progress | None = None,
+               step_cost: budget.StepCost | None = None) -> DraftResult:
+    """`step_cost`: the target's step time, instead of measuring it (tests size a budget with it)."""
     import torch
     from transformers.utils import logging as hf_logging
 
     threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
     try:
-        return _make_draft(config, progress)
+        return _make_draft(config, progress, step_cost)
     finally:
         torch.set_num_threads(threads)  # config.threads is this run's, not the process's
         if bars:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
-def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
+def _chunk_sizer(cost: budget.StepCost, first: budget.PhasePlan, deadline: float, *,
+                 samples: int) -> Callable[[int], int]:
+    """Rows of each text chunk: the planned first chunk, then what fits the share's remaining time,
+    the model rescaled by what the previous chunk really took against its prediction."""
+    last: dict[str, float] = {}
+
+    def rows(done: int) -> int:
+        now = time.time()
+        scale = 1.0
+        if last:
+            scale = max(1e-3, (now - last["began"]) / max(1e-9, last["predicted"]))
+        count = first.rows if done == 0 else budget.next_chunk(
+            budget.StepCost(cost.fixed_s * scale, cost.token_s * scale), deadline - now,
+            rows=min(distill.GENERATION_BATCH, samples - done), seq=first.tokens)
+        last.update(began=now, predicted=budget.chunk_seconds(cost, max(1, count), first.tokens))
+        return count
+
+    return rows
+
+
+def _budget_report(planned: dict[str, dict[str, Any]], phases: dict[str, float],
+                   minutes: float | None) -> dict[str, Any] | None:
+    """Planned against spent seconds per phase (the text phase's spent time includes loading the target)."""
+    if minutes is None:
+        return None
+    spent = {"text": "corpus_s", "importance": "importance_s", "distillation": "train_s"}
+    return {"seconds": minutes * 60, "phases": {
+        name: planned.get(name, {}) | {"spent_s": round(phases[key], 1) if key in phases else None}
+        for name, key in spent.items()}}
+
+
+def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budget.StepCost | None) -> DraftResult:
     import torch
 
     progress = progress or SilentProgress()
@@ -197,27 +228,48 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
     for param in target.parameters():
         param.requires_grad_(False)
     phases: dict[str, float] = {}
-    budget = config.budget_minutes
-    # --minutes bounds the whole run: the target's text gets up to CORPUS_SHARE of it, importance a
-    # fixed small probe, distillation what is left less the evaluation's measured cost and a margin
-    end = started + budget * 60 * (1 - END_MARGIN) if budget is not None else None
-    corpus_deadline = started + budget * 60 * CORPUS_SHARE if budget is not None else None
+    budget_s = config.budget_minutes * 60 if config.budget_minutes is not None else None
+    # --minutes bounds the whole run: loading and the target's text get up to CORPUS_SHARE of it, the
+    # importance probe IMPORTANCE_SHARE, distillation what is left less the evaluation's measured
+    # cost and a margin; the first chunk and the probe are sized from the target's measured step time
+    end = started + budget_s * (1 - END_MARGIN) if budget_s is not None else None
+    planned: dict[str, dict[str, Any]] = {}
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id or 0
 
     if resume is None:
+        cost = (step_cost or budget.measure(target, int(start))) if budget_s is not None else None
         calib = read_tokens(config.calib, tokenizer, shape.vocab) if config.calib else None
-        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id or 0
-        corpus = distill.build_corpus(target, samples=config.samples, seq=config.seq, seed=config.seed,
+        seq, chunk_rows = config.seq, None
+        if cost is not None and budget_s is not None:
+            text = budget.first_chunk(cost, started + budget_s * budget.CORPUS_SHARE - time.time(),
+                                      rows=min(distill.GENERATION_BATCH, config.samples), seq=config.seq)
+            seq, chunk_rows = text.tokens, _chunk_sizer(cost, text, started + budget_s * budget.CORPUS_SHARE,
+                                                        samples=config.samples)
+            planned["text"] = {"first_chunk": text.record(), "share_s": round(budget_s * budget.CORPUS_SHARE, 1)}
+            # the floor over its share: the budget will not be kept, which the user should see
+            log.log(logging.INFO if text.fits else logging.WARNING,
+                    "target step %.3f s + %.4f s a token: first chunk %d rows of %d tokens (%.0f s of %.0f s%s)",
+                    cost.fixed_s, cost.token_s, text.rows, text.tokens, text.seconds, text.share_s,
+                    "" if text.fits else ", the floor: over the share")
+        corpus = distill.build_corpus(target, samples=config.samples, seq=seq, seed=config.seed,
                                       start_token=int(start), vocab=shape.vocab, calib=calib, progress=progress,
-                                      deadline=corpus_deadline)
+                                      chunk_rows=chunk_rows)
         phases["corpus_s"] = time.time() - started
+        rows, tokens = min(budget.PROBE_ROWS, len(corpus.train)), min(budget.PROBE_TOKENS, seq)
+        if cost is not None and budget_s is not None:
+            probe = budget.probe(cost, shape, budget_s * budget.IMPORTANCE_SHARE, available_rows=len(corpus.train),
+                                 seq=seq, batch=IMPORTANCE_BATCH)
+            rows, tokens = probe.rows, probe.tokens
+            planned["importance"] = probe.record()
+            log.log(logging.INFO if probe.fits else logging.WARNING,
+                    "importance probe: %d rows of %d tokens (%.0f s of %.0f s%s)", rows, tokens, probe.seconds,
+                    probe.share_s, "" if probe.fits else ", the floor: over the share")
         with progress.task("measuring layer, head and channel importance"):
             for param in target.parameters():
                 param.requires_grad_(True)
-            # IMPORTANCE_ROWS rows of 64 tokens: the layer sweep costs about half a target forward per
-            # layer over them
             order = torch.randperm(len(corpus.train), generator=torch.Generator().manual_seed(config.seed))
-            importance = pruning.measure(target, distill.chunks(corpus.train[order[:IMPORTANCE_ROWS], :65], 4),
-                                         shape)
+            importance = pruning.measure(
+                target, distill.chunks(corpus.train[order[:rows], :tokens + 1], IMPORTANCE_BATCH), shape)
             for param in target.parameters():
                 param.requires_grad_(False)
         plan = pruning.choose(importance, shape, size=config.size or DEFAULT_SIZE, layers=config.layers,
@@ -228,6 +280,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
         corpus = distill.Corpus.from_state(resume["corpus"])
         importance = pruning.Importance(**resume["importance"])
         plan = pruning.Plan(**resume["plan"])
+        planned = resume.get("budget", {})
         training = resume["training"]
     draft = pruning.build(target, plan, shape)
     evaluated = time.time()
@@ -238,7 +291,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
     pruned = {k: v.clone() for k, v in draft.state_dict().items()}
     log.info("draft at init: %s (%s)", at_init, phases)
     base = {"version": STATE_VERSION, "fingerprint": fingerprint, "corpus": corpus.state(),
-            "importance": dataclasses.asdict(importance), "plan": dataclasses.asdict(plan)}
+            "importance": dataclasses.asdict(importance), "plan": dataclasses.asdict(plan), "budget": planned}
 
     def save(training_state: dict[str, Any]) -> None:
         distill.save_state(state_path(config.output), base | {"training": training_state})
@@ -249,6 +302,8 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
     trained = distill.train(target, draft, corpus, settings, deadline=deadline, resume=training, save=save,
                             progress=progress)
     phases["train_s"] = time.time() - began
+    if deadline is not None:
+        planned["distillation"] = {"share_s": round(deadline - began, 1)}
     quality = distill.evaluate(target, draft, corpus, tops)
     kept = "distilled"
     if quality["heldout_agreement"] < at_init["heldout_agreement"]:
@@ -272,6 +327,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None) -> DraftResult:
                                                          "policy": len(corpus.policy)},
         "threads": distill.threads_note(), "phases_s": {k: round(v, 1) for k, v in phases.items()},
         "minutes": (time.time() - started) / 60,
+        "budget": _budget_report(planned, phases, config.budget_minutes),
     }
     with StagedDirectory(config.output, force=config.force, sources=(target_dir,)) as staged:
         saved.save_pretrained(str(staged.dir))

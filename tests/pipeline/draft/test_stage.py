@@ -23,15 +23,6 @@ SMALL = {"samples": 16, "seq": 32, "batch": 4, "threads": 1, "checkpoint_minutes
 
 
 @pytest.fixture(scope="module")
-def target(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from support.tiny_models import make_model, make_tokenizer, save
-
-    tokenizer = make_tokenizer()
-    return save(make_model("llama", len(tokenizer), layers=4, hidden=64, seed=5), tokenizer,
-                tmp_path_factory.mktemp("draft-target") / "target")
-
-
-@pytest.fixture(scope="module")
 def made(target: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("made") / "draft"
     make_draft(DraftConfig(target=str(target), output=out, layers=2, heads=1, steps=6, **SMALL))  # type: ignore[arg-type]
