@@ -6,52 +6,43 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import onnx
 import pytest
+from support.quantized import op_types, quantized_and_fused
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.profiles import load_device
-from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.quantize.config import WeightFormat
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 from specdec.pipeline.tune.plans import choose_format
 
-SMALL: dict[str, Any] = {"calib_samples": 8, "calib_seq_len": 32, "eval_prompts": 3, "eval_new_tokens": 12}
-
 
 @pytest.fixture(scope="module")
 def two(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     source = bundle_factory("llama")
     root = tmp_path_factory.mktemp("formats")
-    quantized = quantize_bundle(QuantizeConfig(output=root / "q", format="nbits,w8a8", method="rtn", **SMALL), source)
-    fused = compile_bundle(CompileConfig(output=root / "cpu", target=GraphFlavour.cpu, max_context=96,
-                                         format=OutputFormat.onnx), quantized)
-    return source, quantized, fused
-
-
-def _ops(path: Path) -> list[str]:
-    return [node.op_type for node in onnx.load(str(path)).graph.node]
+    return source, *quantized_and_fused(source, root, format="nbits,w8a8", method="rtn")
 
 
 def test_quantize_stores_one_more_target_and_shares_the_rest(two) -> None:  # type: ignore[no-untyped-def]
     _, bundle, _ = two
     manifest = bundle.manifest
     assert manifest.weight_formats() == ["nbits", "w8a8"]
-    assert "MatMulNBits" in _ops(bundle.path / "target.onnx") and "MatMulNBits" in _ops(bundle.path / "draft.onnx")
+    for role in ("target", "draft"):
+        assert "MatMulNBits" in op_types(bundle.path / f"{role}.onnx")
     variant = manifest.variants["w8a8"]
     assert variant.graph.file == "target.w8a8.onnx" and variant.format == "w8a8"
-    assert "MatMulInteger" in _ops(bundle.path / variant.graph.file)
+    assert "MatMulInteger" in op_types(bundle.path / variant.graph.file)
     assert variant.quantization.weight_bits == 7 and variant.quantization.method == "rtn"
     graphs = [rel for rel in manifest.files if rel.endswith(".onnx")]
     assert sorted(graphs) == ["draft.onnx", "target.onnx", "target.w8a8.onnx"]  # one draft, one tokenizer
@@ -75,7 +66,7 @@ def test_compile_builds_each_format_and_each_decodes_exactly(two) -> None:  # ty
     assert "w8a8" in fused.manifest.reports["compile"]["variants"]
     for name in ("nbits", "w8a8"):
         engine = Engine(fused.runtime_info(name))
-        ops = _ops(engine.target.path) if hasattr(engine.target, "path") else None
+        ops = op_types(engine.target.path) if hasattr(engine.target, "path") else None
         if ops is not None:
             assert ("MatMulInteger" in ops) == (name == "w8a8")
         for prompt in ([5, 6, 7], [11, 3, 9, 2]):

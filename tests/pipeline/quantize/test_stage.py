@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from support.quantized import SMALL, op_types
 
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError, InputError, ValidationError
@@ -21,7 +22,6 @@ from specdec.pipeline.records.manifest import BucketTable, OutputFormat
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.runner import causal_mask
 
-SMALL: dict[str, Any] = {"calib_samples": 8, "calib_seq_len": 32, "eval_prompts": 3, "eval_new_tokens": 12}
 METHODS = ("rtn", "gptq", "awq")
 
 
@@ -30,10 +30,6 @@ def quantized(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     source = bundle_factory("llama")
     root = tmp_path_factory.mktemp("quantized")
     return source, {m: quantize_bundle(QuantizeConfig(output=root / m, method=m, **SMALL), source) for m in METHODS}
-
-
-def _ops(path: Path) -> list[str]:
-    return [node.op_type for node in onnx.load(str(path)).graph.node]
 
 
 def _prefill_logits(path: Path, ids: np.ndarray) -> np.ndarray:
@@ -56,7 +52,7 @@ def test_graphs_are_valid_int4_and_close_to_float(quantized, method: str) -> Non
     for role, linear_layers in (("target", 15), ("draft", 8)):
         path = bundle.path / f"{role}.onnx"
         onnx.checker.check_model(str(path), full_check=True)
-        ops = _ops(path)
+        ops = op_types(path)
         assert ops.count("MatMulNBits") == linear_layers
         assert ops.count("MatMul") == 2 * source.manifest.graphs[role].num_layers  # attention only: q k^T, p v
         before, after = _prefill_logits(source.path / f"{role}.onnx", ids), _prefill_logits(path, ids)
@@ -203,8 +199,8 @@ def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> N
     config = QuantizeConfig(output=tmp_path / "q", graphs="draft", method="rtn", accuracy_level=4, **SMALL)
     bundle = quantize_bundle(config, source)
     assert (bundle.path / "target.onnx").read_bytes() == (source.path / "target.onnx").read_bytes()
-    assert "MatMulNBits" not in _ops(bundle.path / "target.onnx")
-    assert _ops(bundle.path / "draft.onnx").count("MatMulNBits") == 8
+    assert "MatMulNBits" not in op_types(bundle.path / "target.onnx")
+    assert op_types(bundle.path / "draft.onnx").count("MatMulNBits") == 8
     quantization = bundle.manifest.quantization
     assert quantization is not None and list(quantization.graphs) == ["draft"]
     assert bundle_requirements(quantization) == {}  # the target computes in float: trees stay exact

@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnx
 import pytest
+from support.quantized import op_types, quantized_and_fused
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
 from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.profiles import load_device
-from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.fused import FusedRunner
@@ -25,21 +25,12 @@ from specdec.pipeline.runtime.int8_range import x86_without_vnni
 from specdec.pipeline.settings import bundle_requirements
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 
-SMALL: dict[str, Any] = {"calib_samples": 8, "calib_seq_len": 32, "eval_prompts": 3, "eval_new_tokens": 12}
-
 
 @pytest.fixture(scope="module")
 def w8a8(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     source = bundle_factory("llama")
     root = tmp_path_factory.mktemp("w8a8")
-    quantized = quantize_bundle(QuantizeConfig(output=root / "q", format="w8a8", **SMALL), source)
-    fused = compile_bundle(CompileConfig(output=root / "cpu", target=GraphFlavour.cpu, max_context=96,
-                                         format=OutputFormat.onnx), quantized)
-    return source, quantized, fused
-
-
-def _ops(path: Path) -> list[str]:
-    return [node.op_type for node in onnx.load(str(path)).graph.node]
+    return source, *quantized_and_fused(source, root, format="w8a8")
 
 
 def test_every_linear_layer_is_int8_matmulinteger(w8a8) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +38,7 @@ def test_every_linear_layer_is_int8_matmulinteger(w8a8) -> None:  # type: ignore
     for role, linear_layers in (("target", 15), ("draft", 8)):
         path = bundle.path / f"{role}.onnx"
         onnx.checker.check_model(str(path), full_check=True)
-        ops = _ops(path)
+        ops = op_types(path)
         assert ops.count("MatMulInteger") == linear_layers and "MatMulNBits" not in ops
         assert ops.count("MatMul") == 2 * source.manifest.graphs[role].num_layers  # attention only
         assert all(opset.domain in ("", "ai.onnx", "com.endpoint.ai") for opset in onnx.load(str(path)).opset_import)
