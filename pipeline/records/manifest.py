@@ -80,6 +80,8 @@ class LayerQuantization:
     # what the algorithm reports (QuantResult.info): AWQ's scale search, GPTQ's damping
     alpha: float | None = field(default=None, metadata=OMIT_DEFAULT)
     loss_vs_rtn: float | None = field(default=None, metadata=OMIT_DEFAULT)
+    search_rows: float | None = field(default=None, metadata=OMIT_DEFAULT)  # AWQ: the sample it searched on
+    search_columns: float | None = field(default=None, metadata=OMIT_DEFAULT)
     damp: float | None = field(default=None, metadata=OMIT_DEFAULT)
     dead_inputs: float | None = field(default=None, metadata=OMIT_DEFAULT)
 

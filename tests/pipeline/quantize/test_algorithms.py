@@ -99,3 +99,23 @@ def test_awq_without_outliers_still_never_worse_than_rtn_on_its_rows() -> None:
     stats = _stats(x)
     result = awq.quantize(weight, QuantSpec(4, BLOCK, True), stats)
     assert result.info["loss_vs_rtn"] <= 1.0
+
+
+def test_awq_on_a_wide_layer_searches_a_column_sample_and_quantizes_every_column(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer too wide for the search budget (a large-vocabulary head) searches alpha on evenly spaced
+    columns; the chosen scales then quantize the whole weight, as the full search would with that alpha."""
+    x, weight = _layer(seed=4)
+    wide = np.concatenate([weight] * 4, axis=1)  # N = 256: the sampled columns see every original one
+    spec = QuantSpec(4, BLOCK, False)
+    full = awq.quantize(wide, spec, _stats(x))
+    monkeypatch.setattr(awq, "_SEARCH_MACS", 128 * K * 32)
+    monkeypatch.setattr(awq, "_MIN_COLUMNS", 32)
+    sampled = awq.quantize(wide, spec, _stats(x))
+    assert sampled.info["search_rows"] == 128 and sampled.info["search_columns"] == 32
+    assert full.info["search_columns"] == wide.shape[1]
+    assert sampled.codes.shape == full.codes.shape
+    assert abs(sampled.info["alpha"] - full.info["alpha"]) <= 0.1
+    expected = awq.round_to_nearest(
+        (wide * awq.channel_scales(_stats(x).mean_abs, sampled.info["alpha"])[:, None]).astype(np.float32), spec)
+    assert np.array_equal(sampled.codes, expected.codes) and np.array_equal(sampled.scales, expected.scales)
