@@ -82,11 +82,13 @@ def measure(target: Any, start_token: int, clock: Callable[[], float] = time.per
     return StepCost(fixed_s=fixed, token_s=per_token, row_s=per_row)
 
 
-def chunk_seconds(cost: StepCost, rows: int, seq: int) -> float:
+def chunk_seconds(cost: StepCost, rows: int, seq: int, *, user_text: bool = False) -> float:
     """One chunk of `build_corpus`: `rows` sampled rows of `seq` tokens (a decode step each, the cache
-    kept), then their greedy continuations: a prefill of half a row and seq - half decode steps."""
+    kept), then their greedy continuations: a prefill of half a row and seq - half decode steps; with
+    `user_text`, the teacher's pass over as many windows of the user's text."""
     half = seq // 2
-    return seq * cost.decode(rows) + cost.forward(rows * half) + (seq - half) * cost.decode(rows)
+    text = cost.forward(rows * seq) if user_text else 0.0
+    return seq * cost.decode(rows) + cost.forward(rows * half) + (seq - half) * cost.decode(rows) + text
 
 
 def probe_forwards(shape: Geometry) -> float:
@@ -118,23 +120,26 @@ class PhasePlan:
         return {k: round(v, 1) if isinstance(v, float) else v for k, v in asdict(self).items()}
 
 
-def first_chunk(cost: StepCost, share_s: float, *, rows: int, seq: int) -> PhasePlan:
+def first_chunk(cost: StepCost, share_s: float, *, rows: int, seq: int, user_text: bool = False) -> PhasePlan:
     """The most rows (at most `rows`) of `seq` tokens that fit `share_s`; then shorter rows at the floor."""
+    def seconds(count: int, length: int) -> float:
+        return chunk_seconds(cost, count, length, user_text=user_text)
+
     for count in range(rows, TEXT_FLOOR_ROWS - 1, -1):
-        if chunk_seconds(cost, count, seq) <= share_s:
-            return PhasePlan(chunk_seconds(cost, count, seq), share_s, count, seq, True)
+        if seconds(count, seq) <= share_s:
+            return PhasePlan(seconds(count, seq), share_s, count, seq, True)
     floor = min(rows, TEXT_FLOOR_ROWS)
     for length in range(seq - 16, TEXT_FLOOR_SEQ - 1, -16):
-        if chunk_seconds(cost, floor, length) <= share_s:
-            return PhasePlan(chunk_seconds(cost, floor, length), share_s, floor, length, True)
+        if seconds(floor, length) <= share_s:
+            return PhasePlan(seconds(floor, length), share_s, floor, length, True)
     length = min(seq, TEXT_FLOOR_SEQ)
-    return PhasePlan(chunk_seconds(cost, floor, length), share_s, floor, length, False)
+    return PhasePlan(seconds(floor, length), share_s, floor, length, False)
 
 
-def next_chunk(cost: StepCost, left_s: float, *, rows: int, seq: int) -> int:
+def next_chunk(cost: StepCost, left_s: float, *, rows: int, seq: int, user_text: bool = False) -> int:
     """Rows of a later chunk that fit the `left_s` seconds left of the share (0: stop)."""
     for count in range(rows, 0, -1):
-        if chunk_seconds(cost, count, seq) <= left_s:
+        if chunk_seconds(cost, count, seq, user_text=user_text) <= left_s:
             return count
     return 0
 

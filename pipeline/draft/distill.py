@@ -48,8 +48,8 @@ class Corpus:
     heldout: torch.Tensor  # [M, seq + 1] sampled / user text, for top-1 agreement
     policy: torch.Tensor  # [K, context + continuation]: the target's greedy continuations, held out
     context: int  # tokens of `policy` rows before the target's continuation
-    # the target's logits (float16) over the first rows of `train`, kept from generating them: the
-    # teacher then computes only the rest (the user's text) — a full target pass saved
+    # the target's logits (float16) over the rows of `train`, kept from generating them (and, for
+    # the user's text, from one pass in the text phase, where the budget counts it)
     teacher: torch.Tensor | None = None
 
     def state(self) -> dict[str, Any]:
@@ -117,8 +117,9 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
     windows = _windows(torch.tensor(list(calib), dtype=torch.long), seq + 1, samples, generator) if calib else None
     sampled_parts: list[torch.Tensor] = []
     greedy_parts: list[torch.Tensor] = []
-    keep = 2 * samples * seq * vocab * 2 <= LOGIT_CACHE_BYTES  # the teacher caches them likewise
-    logits: dict[str, list[torch.Tensor]] = {"sampled": [], "greedy": []}
+    kinds = 3 if windows is not None else 2
+    keep = kinds * samples * seq * vocab * 2 <= LOGIT_CACHE_BYTES  # the teacher caches them likewise
+    logits: dict[str, list[torch.Tensor]] = {"sampled": [], "greedy": [], "text": []}
     with progress.task(f"target writes up to {samples} sampled rows and their greedy continuations",
                        total=samples) as task:
         begin = 0
@@ -142,14 +143,19 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
             if seen is not None and seen_greedy is not None:
                 logits["sampled"].append(seen)
                 logits["greedy"].append(seen_greedy)
+                if windows is not None:
+                    # here, not at the first training step: the budget counts this pass as the text's
+                    # (it was 250 s of a 368 s distillation share at 448 rows, leaving 170 steps)
+                    with torch.no_grad():
+                        logits["text"].append(model(input_ids=windows[begin:begin + count, :-1]).logits.half())
             task.advance(count)
             begin += count
     sampled, greedy = torch.cat(sampled_parts), torch.cat(greedy_parts)
     train_sampled, held_sampled = _split(sampled)
     train_greedy, held_greedy = _split(greedy)
     parts = [train_sampled, train_greedy]
-    teacher = (torch.cat([_split(torch.cat(logits[kind]))[0] for kind in ("sampled", "greedy")])
-               if keep else None)
+    kinds_kept = ("sampled", "greedy", "text") if windows is not None else ("sampled", "greedy")
+    teacher = torch.cat([_split(torch.cat(logits[kind]))[0] for kind in kinds_kept]) if keep else None
     heldout = [held_sampled]
     if windows is not None:
         train_text, held_text = _split(windows[:len(sampled)])

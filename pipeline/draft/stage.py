@@ -180,7 +180,7 @@ def make_draft(config: DraftConfig, progress: Progress | None = None,
 
 
 def _chunk_sizer(cost: budget.StepCost, first: budget.PhasePlan, deadline: float, *,
-                 samples: int) -> Callable[[int], int]:
+                 samples: int, user_text: bool) -> Callable[[int], int]:
     """Rows of each text chunk: the planned first chunk, then what fits the share's remaining time,
     the model rescaled by what the previous chunk really took against its prediction."""
     last: dict[str, float] = {}
@@ -192,8 +192,8 @@ def _chunk_sizer(cost: budget.StepCost, first: budget.PhasePlan, deadline: float
             scale = max(1e-3, (now - last["began"]) / max(1e-9, last["predicted"]))
         count = first.rows if done == 0 else budget.next_chunk(
             budget.StepCost(cost.fixed_s * scale, cost.token_s * scale), deadline - now,
-            rows=min(distill.GENERATION_BATCH, samples - done), seq=first.tokens)
-        last.update(began=now, predicted=budget.chunk_seconds(cost, max(1, count), first.tokens))
+            rows=min(distill.GENERATION_BATCH, samples - done), seq=first.tokens, user_text=user_text)
+        last.update(began=now, predicted=budget.chunk_seconds(cost, max(1, count), first.tokens, user_text=user_text))
         return count
 
     return rows
@@ -242,9 +242,10 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         seq, chunk_rows = config.seq, None
         if cost is not None and budget_s is not None:
             text = budget.first_chunk(cost, started + budget_s * budget.CORPUS_SHARE - time.time(),
-                                      rows=min(distill.GENERATION_BATCH, config.samples), seq=config.seq)
+                                      rows=min(distill.GENERATION_BATCH, config.samples), seq=config.seq,
+                                      user_text=calib is not None)
             seq, chunk_rows = text.tokens, _chunk_sizer(cost, text, started + budget_s * budget.CORPUS_SHARE,
-                                                        samples=config.samples)
+                                                        samples=config.samples, user_text=calib is not None)
             planned["text"] = {"first_chunk": text.record(), "share_s": round(budget_s * budget.CORPUS_SHARE, 1)}
             # the floor over its share: the budget will not be kept, which the user should see
             log.log(logging.INFO if text.fits else logging.WARNING,

@@ -95,3 +95,11 @@ def test_a_tiny_budget_plans_a_smaller_chunk_and_probe_and_reports_them(
     # distillation gets what the earlier phases left of the budget, less the margin for the evaluation and save
     assert text["spent_s"] + probe["spent_s"] + report["phases"]["distillation"]["share_s"] <= 12.0 * 0.95 + 0.2
     assert all(phase["spent_s"] is not None for phase in report["phases"].values())
+
+
+def test_user_text_costs_the_chunk_a_teacher_pass_so_fewer_rows_fit() -> None:
+    plain = budget.first_chunk(SLOW, 150, rows=64, seq=128)
+    with_text = budget.first_chunk(SLOW, 150, rows=64, seq=128, user_text=True)
+    assert with_text.rows < plain.rows
+    assert budget.chunk_seconds(SLOW, 8, 128, user_text=True) == pytest.approx(
+        budget.chunk_seconds(SLOW, 8, 128) + SLOW.forward(8 * 128))

@@ -36,6 +36,23 @@ def test_corpus_cut_by_its_chunk_sizes_keeps_both_kinds_and_aligned_teacher_logi
     assert torch.allclose(corpus.teacher.float(), forced, atol=2e-3)
 
 
+def test_user_text_rows_get_their_teacher_logits_in_the_text_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --calib the user's windows are labelled while the corpus is written (the budget counts them
+    there), chunk by chunk, aligned with the rows they train: the training step computes no target pass."""
+    model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
+    monkeypatch.setattr(distill, "GENERATION_BATCH", 8)
+    calib = torch.randint(0, 96, (400,), generator=torch.Generator().manual_seed(3)).tolist()
+    corpus = distill.build_corpus(model, samples=16, seq=16, seed=0, start_token=1, vocab=96, calib=calib,
+                                  progress=SilentProgress())
+    assert corpus.train.shape == (42, 17)  # 14 train rows of each kind: sampled, greedy, user text
+    assert corpus.teacher is not None and corpus.teacher.shape == (42, 16, 96)
+    with torch.no_grad():
+        forced = model(input_ids=corpus.train[:, :-1]).logits
+    assert torch.allclose(corpus.teacher.float(), forced, atol=2e-3)
+    teacher = distill.Teacher(model, corpus.train, 96, corpus.teacher)
+    assert teacher.cache is not None and torch.equal(teacher.cache, corpus.teacher)  # nothing left to compute
+
+
 def test_chunks_follow_the_sizes_asked_for() -> None:
     model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
     asked: list[int] = []
