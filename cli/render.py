@@ -37,6 +37,30 @@ def readiness_table(readiness: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
+def qdq_lines(report: dict[str, Any]) -> list[str]:
+    """`specdec compile` and `specdec inspect --mobile` of a static-qdq bundle: what the QDQ form costs
+    against dynamic w8a8 (lossy, measured) and what it gains in NNAPI/CoreML share."""
+    qdq = report.get("activations")
+    if not qdq:
+        return []
+    lines = []
+    for role, g in qdq["graphs"].items():
+        lines.append(f"{role}: static-qdq activations are lossy vs dynamic w8a8: on {g['tokens']} held-out "
+                     f"calibration tokens, max logits error {g['max_logits_error']:.3g}, "
+                     f"{g['greedy_mismatch_rate']:.1%} of greedy tokens differ, perplexity "
+                     f"{g['perplexity_w8a8']:.3f} -> {g['perplexity_qdq']:.3f}; batch invariant: "
+                     f"{'yes' if g['invariance']['tree'] and g['invariance']['single_row'] else 'NO'}")
+    for name, before in qdq.get("readiness_matmulinteger", {}).items():
+        after = report.get("readiness", {}).get(name, {}).get("providers", {})
+        shares = []
+        for provider in ("NNAPI", "CoreML"):
+            was, now = before[provider].get("share"), after.get(provider, {}).get("share")
+            if was is not None and now is not None:
+                shares.append(f"{provider} {was:.0%} -> {now:.0%}")
+        lines.append(f"{name}: node share in MatMulInteger form -> QDQ form: {', '.join(shares) or 'not checked'}")
+    return lines
+
+
 def _mb(size: float) -> str:
     return f"{size / 1e6:.2f} MB" if size >= 1e5 else f"{size / 1e3:.1f} KB"
 
