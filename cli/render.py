@@ -54,9 +54,10 @@ def qdq_lines(report: dict[str, Any]) -> list[str]:
         after = report.get("readiness", {}).get(name, {}).get("providers", {})
         shares = []
         for provider in ("NNAPI", "CoreML"):
-            was, now = before[provider].get("share"), after.get(provider, {}).get("share")
-            if was is not None and now is not None:
-                shares.append(f"{provider} {was:.0%} -> {now:.0%}")
+            was, now = before[provider], after.get(provider, {})
+            if was.get("share") is not None and now.get("share") is not None:
+                shares.append(f"{provider} {was['share']:.0%} in {was['partitions']} part. -> {now['share']:.0%} in "
+                              f"{now['partitions']} part.")
         lines.append(f"{name}: node share in MatMulInteger form -> QDQ form: {', '.join(shares) or 'not checked'}")
     return lines
 
