@@ -48,8 +48,7 @@ def qdq_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"{role}: static-qdq activations are lossy vs dynamic w8a8: on {g['tokens']} held-out "
                      f"calibration tokens, max logits error {g['max_logits_error']:.3g}, "
                      f"{g['greedy_mismatch_rate']:.1%} of greedy tokens differ, perplexity "
-                     f"{g['perplexity_w8a8']:.3f} -> {g['perplexity_qdq']:.3f}; batch invariant: "
-                     f"{'yes' if g['invariance']['tree'] and g['invariance']['single_row'] else 'NO'}")
+                     f"{g['perplexity_w8a8']:.3f} -> {g['perplexity_qdq']:.3f}" + _invariant(g.get("invariance")))
     for name, before in qdq.get("readiness_matmulinteger", {}).items():
         after = report.get("readiness", {}).get(name, {}).get("providers", {})
         shares = []
@@ -60,6 +59,12 @@ def qdq_lines(report: dict[str, Any]) -> list[str]:
                               f"{now['partitions']} part.")
         lines.append(f"{name}: node share in MatMulInteger form -> QDQ form: {', '.join(shares) or 'not checked'}")
     return lines
+
+
+def _invariant(invariance: dict[str, Any] | None) -> str:
+    if invariance is None:
+        return ""
+    return f"; batch invariant: {'yes' if invariance['tree'] and invariance['single_row'] else 'NO'}"
 
 
 def _mb(size: float) -> str:
