@@ -143,3 +143,14 @@ def test_static_qdq_needs_the_npu_flavour_and_a_w8a8_bundle(compiled, bundle_fac
     shown = CliRunner().invoke(app, ["compile", str(w8a8.path), "-o", str(tmp_path / "cli"), "--target", "cpu",
                                      "--activations", "static-qdq"])
     assert shown.exit_code != 0 and "--activations static-qdq is built for the npu flavour only" in shown.output
+
+
+def test_cli_compiles_static_qdq_and_says_it_is_lossy(compiled, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    w8a8, _ = compiled
+    shown = CliRunner().invoke(app, ["compile", str(w8a8.path), "-o", str(tmp_path / "npu"), "--target", "npu",
+                                     "--activations", "static-qdq", "--buckets", "4", "--draft-buckets", "1",
+                                     "--prefill-chunk", "4", "--max-context", "32", "--context-buckets", "32"],
+                               env={"COLUMNS": "250"})
+    assert shown.exit_code == 0, shown.output
+    assert "lossy vs dynamic w8a8" in shown.output and "MatMulInteger form -> QDQ form" in shown.output
+    assert "within its format's own measured difference" in shown.output
