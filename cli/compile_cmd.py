@@ -9,9 +9,10 @@ import typer
 
 from specdec.cli import options
 from specdec.cli.console import RichProgress, err, note
-from specdec.cli.render import human_bytes, readiness_table
+from specdec.cli.render import human_bytes, qdq_lines, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
+from specdec.pipeline.compile.config import Activations
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype
 from specdec.pipeline.records.manifest import GraphFlavour
 
@@ -41,6 +42,12 @@ def compile_(
                                      "cpu flavour; the profile's."),
     kv_calib: Path = typer.Option(None, "--kv-calib", help="Text to measure a lossy KV policy on against the full "
                                   "cache (mismatch rate, perplexity); quantize's default calibration text."),
+    activations: Activations = typer.Option(None, "--activations",
+                                            help="npu, w8a8 bundles: dynamic (the bundle's per-row scales, "
+                                            "MatMulInteger: exact w8a8, CPU provider) or static-qdq "
+                                            "(QuantizeLinear/DequantizeLinear with scales calibrated on the "
+                                            "bundle's calibration text: the form NPU providers take; lossy "
+                                            "vs dynamic w8a8, measured). Default dynamic."),
     force: options.Force = False,
 ) -> None:
     """Compile the bundle's graphs in a runtime flavour: fused cpu graphs, or npu static q × context variants."""
@@ -52,6 +59,8 @@ def compile_(
     worst = max(report["max_abs_diff"].values())
     if "readiness" in report:
         err.print(readiness_table(report["readiness"]))
+    for line in qdq_lines(report):
+        note(line)
     for role, size in report.get("sizes", {}).items():
         err.print(f"{role}: {size['variants']} variants over context buckets {report['context_buckets']}, weights "
                   f"{human_bytes(size['shared_weights_bytes'])} shared by the onnx variants "
@@ -59,6 +68,8 @@ def compile_(
     for text in report.get("notes", []):
         note(text)
     what = "every bucket matches" if report.get("flavour") == GraphFlavour.npu.value else "the fused graphs match"
+    if "activations" in report:  # static-qdq: the tolerance includes what the lossy format itself moves
+        what = "every bucket (static QDQ, lossy vs dynamic w8a8) is within its format's own measured difference from"
     err.print(f"[green]validated[/]: {what} the dynamic graph (max |diff| {worst:.2g}, relative)")
     invariance = report.get("invariance")
     if invariance is not None:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from specdec.cli.console import out
-from specdec.cli.render import human_bytes, plan_fit_line, plan_table, quality_table, readiness_table
+from specdec.cli.render import human_bytes, plan_fit_line, plan_table, qdq_lines, quality_table, readiness_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.manifest import GraphQuantization, Quantization
@@ -193,6 +193,8 @@ def inspect(
             out.print_json(json.dumps(report))
         else:
             out.print(readiness_table(report))
+            for line in qdq_lines(loaded.manifest.reports["compile"]):
+                out.print(line)
         return
     summary = summarize(loaded)
     if as_json:

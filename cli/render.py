@@ -37,6 +37,36 @@ def readiness_table(readiness: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
+def qdq_lines(report: dict[str, Any]) -> list[str]:
+    """`specdec compile` and `specdec inspect --mobile` of a static-qdq bundle: what the QDQ form costs
+    against dynamic w8a8 (lossy, measured) and what it gains in NNAPI/CoreML share."""
+    qdq = report.get("activations")
+    if not qdq:
+        return []
+    lines = []
+    for role, g in qdq["graphs"].items():
+        lines.append(f"{role}: static-qdq activations are lossy vs dynamic w8a8: on {g['tokens']} held-out "
+                     f"calibration tokens, max logits error {g['max_logits_error']:.3g}, "
+                     f"{g['greedy_mismatch_rate']:.1%} of greedy tokens differ, perplexity "
+                     f"{g['perplexity_w8a8']:.3f} -> {g['perplexity_qdq']:.3f}" + _invariant(g.get("invariance")))
+    for name, before in qdq.get("readiness_matmulinteger", {}).items():
+        after = report.get("readiness", {}).get(name, {}).get("providers", {})
+        shares = []
+        for provider in ("NNAPI", "CoreML"):
+            was, now = before[provider], after.get(provider, {})
+            if was.get("share") is not None and now.get("share") is not None:
+                shares.append(f"{provider} {was['share']:.0%} in {was['partitions']} part. -> {now['share']:.0%} in "
+                              f"{now['partitions']} part.")
+        lines.append(f"{name}: node share in MatMulInteger form -> QDQ form: {', '.join(shares) or 'not checked'}")
+    return lines
+
+
+def _invariant(invariance: dict[str, Any] | None) -> str:
+    if invariance is None:
+        return ""
+    return f"; batch invariant: {'yes' if invariance['tree'] and invariance['single_row'] else 'NO'}"
+
+
 def _mb(size: float) -> str:
     return f"{size / 1e6:.2f} MB" if size >= 1e5 else f"{size / 1e3:.1f} KB"
 

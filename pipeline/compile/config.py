@@ -6,6 +6,7 @@ The flavours (compile/fused/, compile/static/) take the resolved settings; the s
 
 from __future__ import annotations
 
+import enum
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,13 @@ from specdec.pipeline import profiles
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype, KVPolicy
 from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
+
+
+class Activations(str, enum.Enum):
+    """How the npu flavour quantizes a w8a8 bundle's activations (compile/static/qdq.py)."""
+
+    dynamic = "dynamic"  # the bundle's own per-row scales (MatMulInteger): exact w8a8, CPU provider only
+    static_qdq = "static-qdq"  # QuantizeLinear/DequantizeLinear, constant calibrated scales: lossy vs w8a8
 
 
 def window_slots(policy: KVPolicy, largest_call: int) -> int:
@@ -42,6 +50,7 @@ class CompileSettings:
     warnings: tuple[str, ...] = ()  # and ones they should heed (a flavour the model cannot have)
     kv_policy: KVPolicy = field(default_factory=KVPolicy)
     kv_calib: Path | None = None  # the text a lossy policy's quality is measured on
+    activations: Activations = Activations.dynamic
 
     def record(self) -> dict[str, Any]:
         """The lineage's compile config: what was built (the flavour, the clamped context), not what was asked."""
@@ -55,6 +64,8 @@ class CompileSettings:
                           kv_window=self.kv_policy.window)
         if self.kv_policy.dtype is not KVDtype.float32:
             record["kv_dtype"] = self.kv_policy.dtype.value
+        if self.activations is not Activations.dynamic:  # the default leaves the record as it always was
+            record["activations"] = self.activations.value
         return record
 
 
@@ -79,6 +90,8 @@ class CompileConfig:
     kv_window: int | None = None  # window: the latest positions kept (profile's, 256)
     kv_dtype: KVDtype | None = None  # the rows' dtype (profile's, float32); int8 is lossy
     kv_calib: Path | None = None  # text to measure a lossy policy on; the quantize stage's default text
+    # npu, w8a8 bundles: per-row dynamic activation scales (exact w8a8) or static QDQ (lossy, NPU form)
+    activations: Activations | None = None
     force: bool = False
 
     def resolve(self, model_context: int | None = None) -> CompileSettings:
@@ -116,9 +129,13 @@ class CompileConfig:
                                  f"drop {setting('context_buckets')}")
             contexts = (window_slots(policy, max(*buckets, *draft, chunk)),)
         output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
+        activations = self.activations or Activations.dynamic
+        if activations is not Activations.dynamic and flavour is not GraphFlavour.npu:
+            raise InputError(f"{setting('activations')} {activations.value} is built for the npu flavour only",
+                             f"compile with {setting('target')} npu, or drop {setting('activations')}")
         return CompileSettings(flavour, self.target is None, buckets, draft, context, chunk, output_format,
                                self.profile, contexts, notes, kv_policy=policy,
-                               kv_calib=self.kv_calib)
+                               kv_calib=self.kv_calib, activations=activations)
 
     def _kv_policy(self, spec: profiles.CompileSpec, flavour: GraphFlavour, context: int) -> KVPolicy:
         cache = self.kv_cache or spec.kv_cache

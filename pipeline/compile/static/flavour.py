@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,10 @@ import onnx
 
 from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
 from specdec.pipeline.compile import kv_quality
-from specdec.pipeline.compile.config import CompileSettings
+from specdec.pipeline.compile.config import Activations, CompileSettings
 from specdec.pipeline.compile.fused.validate import format_logits_error
 from specdec.pipeline.compile.optimize import ort_optimize, simplify, to_ort_format
+from specdec.pipeline.compile.static import qdq
 from specdec.pipeline.compile.static.graph import dynamic_dims, make_static, strip_custom_ops
 from specdec.pipeline.compile.static.readiness import readiness
 from specdec.pipeline.compile.static.shared_weights import SharedWeights
@@ -79,43 +81,18 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
                    progress: Progress) -> None:
     """Write the variants and shared weights under `out`/buckets; set `manifest.buckets` and its report."""
     grid = variant_grid(settings, [role for role in ("target", "draft") if role in manifest.graphs])
-    table: dict[str, list[BucketVariant]] = {}
-    weights: dict[str, str] = {}
-    validation: dict[str, float] = {}
-    simplify_notes: dict[str, str] = {}
-    sizes: dict[str, Any] = {}
+    written = _Written()
     out_dir = out / BUCKET_DIR
     out_dir.mkdir()
-    with tempfile.TemporaryDirectory() as scratch, BucketValidator() as validator, \
-            progress.task("compiling bucket variants", total=sum(len(v) for v in grid.values())) as task:
-        for role, cells in grid.items():
-            spec = manifest.graphs[role]
-            int8 = manifest.quantization is not None and manifest.quantization.int8_activations(role)
-            weights[role] = f"{BUCKET_DIR}/{role}.weights"
-            rows = []
-            with SharedWeights(out / weights[role]) as shared:
-                for q, context in cells:
-                    name = f"{role}_q{q}_c{context}"
-                    task.describe(f"compiling {name}")
-                    model, note = _variant(source.graph_path(role), role, q, context, spec,
-                                           manifest.custom_ops, Path(scratch))
-                    shared.externalize(model)
-                    path = out_dir / f"{name}.onnx"
-                    onnx.save(model, str(path))
-                    validation[name] = validator.check(source.graph_path(role), path, q=q, capacity=context,
-                                                       dtype=spec.dtype,
-                                                       window=spec.decoder.window if spec.decoder else None,
-                                                       int8_compute=int8,
-                                                       logits_error=format_logits_error(manifest.reports, role))
-                    simplify_notes[name] = note
-                    inputs, outputs = describe_io(path)
-                    rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs,
-                                              context=context))
-                    task.advance()
-                sizes[role] = {"variants": len(rows), "shared_weights_bytes": shared.size,
-                               "inline_weights_bytes": shared.referenced_bytes,
-                               "graph_bytes": sum((out / v.file).stat().st_size for v in rows)}
-            table[role] = rows
+    plan = None
+    with tempfile.TemporaryDirectory() as scratch, BucketValidator() as validator:
+        if settings.activations is Activations.static_qdq:
+            with progress.task("calibrating static activation scales (QDQ)"):
+                plan = qdq.plan(source, list(grid), Path(scratch))
+        with progress.task("compiling bucket variants", total=sum(len(v) for v in grid.values())) as task:
+            for role, cells in grid.items():
+                _compile_role(source, manifest, out, role, cells, plan, Path(scratch), validator, task, written)
+    table, weights, sizes = written.table, written.weights, written.sizes
     with progress.task("checking mobile readiness"):
         ready = {v.stem: readiness(out / v.file) for variants in table.values() for v in variants}
     notes = []
@@ -140,16 +117,84 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=settings.prefill_chunk,
                                    format=settings.format, profile=settings.profile, graphs=table,
                                    flavour=GraphFlavour.npu, weights=weights, kv_policy=settings.kv_policy)
-    manifest.reports["compile"] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": validation,
-                                   "simplify": simplify_notes, "readiness": ready,
+    manifest.reports["compile"] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": written.validation,
+                                   "simplify": written.simplify, "readiness": ready,
                                    "context_buckets": list(settings.context_buckets), "sizes": sizes,
                                    "notes": notes}
+    if plan is not None:  # the QDQ form's measurements, and what the MatMulInteger form's readiness was
+        manifest.reports["compile"]["activations"] = {**plan.report, "readiness_matmulinteger": written.before_qdq,
+                                                      "validation": written.tolerances}
     if settings.kv_policy.lossy:  # what the window costs against the full cache
         with progress.task("measuring the KV policy against the full cache"):
             tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
             info = read_bundle(source.path).graphs["target"]
             manifest.reports["compile"]["kv_quality"] = kv_quality.measure_dynamic(
                 info, settings.max_context, settings.kv_policy, tokens)
+
+
+@dataclass
+class _Written:
+    """What compile_static collects over the roles' variants."""
+
+    table: dict[str, list[BucketVariant]] = field(default_factory=dict)
+    weights: dict[str, str] = field(default_factory=dict)
+    validation: dict[str, float] = field(default_factory=dict)
+    simplify: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, Any] = field(default_factory=dict)
+    before_qdq: dict[str, Any] = field(default_factory=dict)  # variant -> readiness in MatMulInteger form
+    tolerances: dict[str, Any] = field(default_factory=dict)  # static-qdq: each variant's tolerance and basis
+
+
+def _compile_role(source: Bundle, manifest: Manifest, out: Path, role: str, cells: list[tuple[int, int]],
+                  plan: qdq.QDQPlan | None, scratch: Path, validator: BucketValidator, task: Any,
+                  written: _Written) -> None:
+    """The role's variants, each validated against the dynamic graph; with a QDQ `plan`, rewritten
+    into QDQ form (the first variant's MatMulInteger form is kept aside for the readiness comparison)."""
+    spec = manifest.graphs[role]
+    int8 = manifest.quantization is not None and manifest.quantization.int8_activations(role)
+    logits_error = format_logits_error(manifest.reports, role)
+    scales = plan.scales.get(role) if plan is not None else None
+    form = plan.graphs[role] if plan is not None and scales else None
+    out_dir = out / BUCKET_DIR
+    written.weights[role] = f"{BUCKET_DIR}/{role}.weights"
+    rows = []
+    with SharedWeights(out / written.weights[role]) as shared:
+        for index, (q, context) in enumerate(cells):
+            name = f"{role}_q{q}_c{context}"
+            task.describe(f"compiling {name}")
+            model, note = _variant(source.graph_path(role), role, q, context, spec, manifest.custom_ops, scratch)
+            if scales:
+                if index == 0:
+                    written.before_qdq[name] = _shares(model, scratch / f"{name}.matmulinteger.onnx")
+                qdq.rewrite(model, scales)
+            shared.externalize(model)
+            path = out_dir / f"{name}.onnx"
+            onnx.save(model, str(path))
+            check = validator.check(source.graph_path(role), path, q=q, capacity=context, dtype=spec.dtype,
+                                    window=spec.decoder.window if spec.decoder else None, int8_compute=int8,
+                                    logits_error=logits_error, form=form)
+            written.validation[name] = check.worst
+            if check.format_error is not None:
+                written.tolerances[name] = {"tolerance": check.tolerance, "format_error": check.format_error}
+            written.simplify[name] = note
+            inputs, outputs = describe_io(path)
+            rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs, context=context))
+            task.advance()
+        written.sizes[role] = {"variants": len(rows), "shared_weights_bytes": shared.size,
+                               "inline_weights_bytes": shared.referenced_bytes,
+                               "graph_bytes": sum((out / v.file).stat().st_size for v in rows)}
+    written.table[role] = rows
+
+
+def _shares(model: onnx.ModelProto, path: Path) -> dict[str, Any]:
+    """The NNAPI and CoreML node shares of `model` as it is (written to `path` for the checker)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)  # saving with external data moves the tensors out of the proto it saves
+    onnx.save(copy, str(path), save_as_external_data=True, location=f"{path.name}.data")
+    report = readiness(path)
+    return {provider: {key: report["providers"][provider].get(key) for key in ("share", "nodes", "partitions",
+                                                                               "unsupported_ops")}
+            for provider in ("NNAPI", "CoreML")}
 
 
 def _ort_size_note(sizes: dict[str, Any]) -> str:

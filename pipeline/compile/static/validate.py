@@ -10,6 +10,7 @@ are compared where both graphs rank each row's candidates the same, as in the fu
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,16 @@ from specdec.pipeline.runtime.tree import ancestor_matrix
 # ~1e-5 in absolute terms, still ~5e-7 relative.
 FP32_TOLERANCE = 1e-5
 FP16_TOLERANCE = 2e-2
+
+
+@dataclass(frozen=True)
+class Check:
+    """A variant's validation: its worst relative difference, the tolerance it met, and (static-qdq) how
+    much of that tolerance is the variant's format's own difference from the dynamic graph."""
+
+    worst: float
+    tolerance: float
+    format_error: float | None = None
 
 
 def _tree(q: int, rng: np.random.Generator) -> np.ndarray:
@@ -45,12 +56,14 @@ class BucketValidator:
         self._sessions.clear()
 
     def check(self, dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0,
-              window: int | None = None, int8_compute: bool = False, logits_error: float | None = None) -> float:
-        session = self._sessions.get(dynamic)
-        if session is None:
-            session = self._sessions[dynamic] = _session(dynamic)
-        return validate_bucket(dynamic, static, q=q, capacity=capacity, dtype=dtype, seed=seed, reference=session,
-                               window=window, int8_compute=int8_compute, logits_error=logits_error)
+              window: int | None = None, int8_compute: bool = False, logits_error: float | None = None,
+              form: Path | None = None) -> Check:
+        for path in (dynamic, form):
+            if path is not None and path not in self._sessions:
+                self._sessions[path] = _session(path)
+        return validate_bucket(dynamic, static, q=q, capacity=capacity, dtype=dtype, seed=seed,
+                               reference=self._sessions[dynamic], window=window, int8_compute=int8_compute,
+                               logits_error=logits_error, form=self._sessions[form] if form is not None else None)
 
 
 def _session(path: Path) -> Any:
@@ -61,12 +74,16 @@ def _session(path: Path) -> Any:
 
 def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype: str, seed: int = 0,
                     reference: Any = None, window: int | None = None, int8_compute: bool = False,
-                    logits_error: float | None = None) -> float:
+                    logits_error: float | None = None, form: Any = None) -> Check:
     """Max difference (relative to max(1, max|ref|)) of logits and new KV, bucket vs dynamic graph.
 
     `reference`: an onnxruntime session of `dynamic` already loaded; `window`: the graph's attention
     window (its windowed layers take their own mask); `logits_error`: what the quantization moved
-    the graph's logits (an int8-compute tolerance scales by it, fused/validate.py).
+    the graph's logits (an int8-compute tolerance scales by it, fused/validate.py); `form`: a session of
+    the dynamic graph in the variant's own numeric format where that differs from `dynamic`'s (static-qdq
+    against dynamic w8a8): its difference from `dynamic` on these same inputs is measured and added to the
+    tolerance, so the check still catches what compiling moved (a triangle inequality: variant vs
+    dynamic <= format vs dynamic + variant vs format).
     """
     rng = np.random.default_rng(seed + q)
     np_dtype = np.dtype(dtype)
@@ -100,18 +117,25 @@ def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype
         dyn_feeds[value.name], sta_feeds[value.name] = real, buffer
     op_feeds = _op_feeds(sta, parents, depths, rng)
     dyn_names = ["logits"] + [o.name for o in dyn.get_outputs() if o.name.startswith("present.")]
-    want = dict(zip(dyn_names, dyn.run(dyn_names, {**dyn_feeds, **{k: v for k, v in op_feeds.items()
-                                                                     if k in {i.name for i in dyn.get_inputs()}}}),
-                    strict=True))
+    dyn_op_feeds = {k: v for k, v in op_feeds.items() if k in {i.name for i in dyn.get_inputs()}}
+    want = dict(zip(dyn_names, dyn.run(dyn_names, {**dyn_feeds, **dyn_op_feeds}), strict=True))
     got = dict(zip([o.name for o in sta.get_outputs()], sta.run(None, {**sta_feeds, **op_feeds}), strict=True))
     def relative(a: np.ndarray, b: np.ndarray) -> float:
         a, b = a.astype(np.float32), b.astype(np.float32)
         return float(np.max(np.abs(a - b))) / max(1.0, float(np.max(np.abs(b))))
 
-    worst = relative(got["logits"], want["logits"])
-    for name, value in want.items():
-        if name.startswith("present."):
-            worst = max(worst, relative(got[name.replace("present.", "new_key_values.")], value[:, :, past:]))
+    def difference(logits: np.ndarray, new_entries: dict[str, np.ndarray]) -> float:
+        """Against `want`: the logits, and each layer's new KV entries (`present.*` past the real past)."""
+        return max(relative(logits, want["logits"]), *(relative(new_entries[name], value[:, :, past:])
+                                                      for name, value in want.items() if name.startswith("present.")))
+
+    worst = difference(got["logits"], {name: got[name.replace("present.", "new_key_values.")] for name in want
+                                       if name.startswith("present.")})
+    format_error = None
+    if form is not None:  # the same inputs through the dynamic graph in the variant's format
+        same = dict(zip(dyn_names, form.run(dyn_names, {**dyn_feeds, **dyn_op_feeds}), strict=True))
+        format_error = difference(same["logits"], {name: same[name][:, :, past:] for name in want
+                                                   if name.startswith("present.")})
     compare_ops = not int8_compute or same_ranking(got["logits"], want["logits"])
     for name in ("accepted", "accepted_len", "next_token", "cand_ids", "keep") if compare_ops else ():
         if name in got and name in {o.name for o in dyn.get_outputs()}:
@@ -119,13 +143,18 @@ def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype
             if not np.array_equal(got[name], reference):
                 raise ValidationError(f"{static.name}: custom-op output '{name}' differs from the dynamic graph",
                                       "report this with SPECDEC_DEBUG=1 output")
-    tolerance = int8_tolerance(logits_error) if int8_compute else FP16_TOLERANCE if np_dtype == np.float16 \
+    limit = int8_tolerance(logits_error) if int8_compute else FP16_TOLERANCE if np_dtype == np.float16 \
         else FP32_TOLERANCE
-    if not np.isfinite(worst) or worst > tolerance:
+    basis = tolerance_basis(int8_compute, logits_error)
+    if format_error is not None:
+        limit += format_error
+        basis += (f"; plus {format_error:.3g}, what the variant's own format (static QDQ, lossy) moves the "
+                  "dynamic graph on these inputs")
+    if not np.isfinite(worst) or worst > limit:
         raise ValidationError(f"{static.name}: outputs differ from the dynamic graph by {worst:.3g} (relative; "
-                              f"tolerance {tolerance:.3g}{tolerance_basis(int8_compute, logits_error)})",
+                              f"tolerance {limit:.3g}{basis})",
                               "report this with SPECDEC_DEBUG=1 output")
-    return worst
+    return Check(worst, limit, format_error)
 
 
 def _op_feeds(session: object, parents: np.ndarray, depths: np.ndarray, rng: np.random.Generator
