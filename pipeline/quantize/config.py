@@ -209,9 +209,10 @@ class QuantizeConfig:
         if self.mix is not None and WeightFormat.mixed not in (self.weight_format, *also):
             raise InputError(f"{setting('mix')} applies to the mixed format, which {setting('format')} does not name",
                              "add mixed to --format (e.g. --format mixed, or nbits,w8a8,mixed)")
-        object.__setattr__(self, "mix", parse_mix(self.mix) if self.mix is None or isinstance(self.mix, str)
-                           else parse_mix({str(getattr(k, "value", k)): str(getattr(v, "value", v))
-                                           for k, v in self.mix.items()}))
+        if WeightFormat.mixed in (self.weight_format, *also):  # else None stays: replace() re-checks it
+            object.__setattr__(self, "mix", parse_mix(
+                self.mix if self.mix is None or isinstance(self.mix, str)
+                else {str(getattr(k, "value", k)): str(getattr(v, "value", v)) for k, v in self.mix.items()}))
         method = self.method if self.method is not None else DEFAULT_METHOD[self.weight_format]
         object.__setattr__(self, "method", parse_method(method))
         for key in ("target_method", "draft_method"):
@@ -325,9 +326,9 @@ class QuantizeConfig:
 
     @property
     def layer_formats(self) -> dict[LayerClass, WeightFormat]:
-        """The mixed format's weight format per layer class (`mix`, resolved in __post_init__)."""
-        assert isinstance(self.mix, dict)
-        return self.mix
+        """The mixed format's weight format per layer class (`mix`, resolved in __post_init__ where a
+        mixed format is asked for)."""
+        return self.mix if isinstance(self.mix, dict) else dict(DEFAULT_MIX)
 
     def format_for(self, role: str, layer: str) -> WeightFormat:
         """The weight format of `role`'s layer `layer` in the mixed format, by its class."""
