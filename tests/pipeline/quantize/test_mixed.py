@@ -23,6 +23,7 @@ from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
 from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.runtime.int8_range import check_weight_range
 from specdec.pipeline.settings import bundle_requirements
+from specdec.pipeline.summary import precision
 from specdec.pipeline.tune.plans import choose_format
 
 _WANTED = {LayerClass.attention: "w8a8", LayerClass.mlp: "nbits", LayerClass.head: "nbits"}
@@ -63,6 +64,8 @@ def test_each_layer_class_gets_its_format_and_the_record_says_so(mixed) -> None:
         # any w8a8 layer rounds activations per row: the exact layout, and the 8-bit-weight range check
         assert quantization.int8_activations(role) and quantization.int8_matmuls(role)
     assert bundle_requirements(quantization) == {"exact_layout": True}
+    assert precision(bundle.manifest, "target") == \
+        "mixed int4/int8 weights (rtn + w8a8 by layer class), float32/int8 compute"  # what `inspect` prints
     assert bundle.manifest.lineage[-1].config["mix"] == {"attention": "w8a8", "mlp": "nbits", "head": "nbits"}
     spec = bundle.manifest.reports["quantize"]["speculative"]
     assert spec["layout"] == "exact" and spec["lossless_prompts"] == spec["prompts"]
