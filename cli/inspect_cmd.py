@@ -73,6 +73,12 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
 
 
 def _compute(quantization: Quantization, graph: GraphQuantization) -> str:
+    if graph.mix is not None:  # mixed: the format per layer class, and how many layers each got
+        counts = {name: sum(1 for layer in graph.layers.values() if layer.format == name) for name in ("nbits", "w8a8")}
+        classes = ", ".join(f"{kind} {chosen}" for kind, chosen in graph.mix.items())
+        level = "int8" if graph.accuracy_level >= 4 else "float"
+        return (f"mixed by layer class ({classes}): {counts['w8a8']} w8a8 layers (int{graph.weight_bits} weights x "
+                f"uint8 rows), {counts['nbits']} nbits ({level} compute, level {graph.accuracy_level})")
     if quantization.row_invariant:
         return (f"int{graph.weight_bits} weights x uint8 rows, int32 sums "
                 "(matmuls exact by construction: a row computes as if alone)")

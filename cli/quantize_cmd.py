@@ -1,4 +1,4 @@
-"""`specdec quantize BUNDLE -o OUT [--format nbits|w8a8] --method awq|gptq|rtn`."""
+"""`specdec quantize BUNDLE -o OUT [--format nbits|w8a8|mixed [--mix CLASS=FORMAT,...]] --method awq|gptq|rtn`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from specdec.cli.render import quality_table
 from specdec.pipeline.bundle import Bundle
 from specdec.pipeline.profiles import DEFAULT_PROFILES, Transport
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+from specdec.pipeline.records.manifest import MIXED_FORMAT
 
 
 def quantize(
@@ -28,8 +29,14 @@ def quantize(
                                     "every row computed as if alone, a verify cost nearly flat in the tree size. "
                                     "Default: the profile's quantize.format (local-cpu: w8a8), or nbits when a "
                                     "setting only nbits has is given (--method awq/gptq, --group-size, ...). "
-                                    "A comma list (nbits,w8a8) also stores the target in the later formats, "
+                                    "mixed: one of the two per layer class (--mix). "
+                                    "A comma list (nbits,w8a8,mixed) also stores the target in the later formats, "
                                     "sharing the rest; `tune` measures each and its plan picks one."),
+    mix: str = typer.Option(None, "--mix",
+                            help="The mixed format's weight format per layer class, CLASS=FORMAT comma-separated; "
+                                 "classes: attention (q/k/v/o projections), mlp (gate/up/down), head (output "
+                                 "projection); formats: nbits, w8a8. Classes left out: attention=w8a8, mlp=nbits, "
+                                 "head=nbits."),
     method: str = typer.Option(None, "--method",
                                help="awq | gptq | rtn, for both graphs (default: awq for nbits; w8a8 is rtn only)."),
     target_method: str = typer.Option(None, "--target-method", help="Override --method for the target."),
@@ -91,7 +98,8 @@ def quantize(
               f"({report['eval']['source']})")
     quantization = result.manifest.quantization
     ops = "standard MatMulInteger, exact by construction per row" if quantization.row_invariant else \
-        "com.microsoft MatMulNBits"
+        "com.microsoft MatMulNBits and standard MatMulInteger, by layer class" \
+        if quantization.format == MIXED_FORMAT else "com.microsoft MatMulNBits"
     for name, variant in result.manifest.variants.items():
         target = report["variants"][name]["graphs"]["target"]
         err.print(f"the target also in {name}: {variant.graph.file}, perplexity "

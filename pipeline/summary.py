@@ -49,6 +49,11 @@ def precision(manifest: Manifest, role: str) -> str:
     counts = {bits: n for bits, n in graph.summary.items() if n}
     weights = "/".join(bits for bits in ("int4", "int8") if bits in counts) or "float"
     compute = "int8" if graph.accuracy_level >= 4 else dtype
+    if graph.mix is not None:  # the nbits layers compute as their level says, the w8a8 ones in int8
+        mixed = "int8" if compute == "int8" else f"{compute}/int8"
+        return f"mixed {weights} weights ({graph.method} + w8a8 by layer class), {mixed} compute"
+    if manifest.quantization is not None and manifest.quantization.int8_matmuls(role):
+        compute = "int8"  # w8a8: per-row uint8 activations
     return f"{weights} weights ({graph.method}), {compute} compute"
 
 

@@ -6,7 +6,7 @@ import enum
 import fnmatch
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,6 +43,66 @@ _OUTPUT_HEAD = ("lm_head", "embed_out", "output")
 GRAPH_ROLES = ("target", "draft")
 
 
+class LayerClass(str, enum.Enum):
+    """The layer classes a mixed format (`--format mixed --mix ...`) gives a weight format each."""
+
+    attention = "attention"  # q/k/v (or packed qkv) and output projections
+    mlp = "mlp"  # gate/up (or packed gate_up) and down projections
+    head = "head"  # the output projection to the vocabulary
+
+
+# The module path's parent (`model.layers.0.self_attn.q_proj` -> self_attn) names a decoder
+# projection's class: the exporters' names for Llama/Qwen/Mistral/Phi/Gemma (self_attn, mlp) and
+# GPT-2/NeoX/Falcon (attn, attention, self_attention; mlp).
+_CLASS_OF_PARENT = {"self_attn": LayerClass.attention, "attn": LayerClass.attention,
+                    "attention": LayerClass.attention, "self_attention": LayerClass.attention,
+                    "mlp": LayerClass.mlp, "feed_forward": LayerClass.mlp, "ffn": LayerClass.mlp}
+
+
+def layer_class(name: str) -> LayerClass | None:
+    """The class of the linear layer at module path `name` (graph_query.Layer.name), None if unknown."""
+    if name.split("#")[0] in _OUTPUT_HEAD:
+        return LayerClass.head
+    parts = name.split("#")[0].split(".")
+    return _CLASS_OF_PARENT.get(parts[-2]) if len(parts) >= 2 else None
+
+
+# `--format mixed` without `--mix`: the MLP (two thirds of a decoder's weight bytes) and the head in
+# int4, where bytes matter most on a bandwidth-bound step; the attention projections in w8a8. Which
+# mix is fastest depends on the CPU: carry it beside nbits and w8a8 and let `tune` measure.
+DEFAULT_MIX = {LayerClass.attention: WeightFormat.w8a8, LayerClass.mlp: WeightFormat.nbits,
+               LayerClass.head: WeightFormat.nbits}
+
+
+def parse_mix(value: str | Mapping[str, str] | None) -> dict[LayerClass, WeightFormat]:
+    """`attention=w8a8,mlp=nbits` (or a mapping) to a format per class; classes left out keep DEFAULT_MIX."""
+    if value is None:
+        return dict(DEFAULT_MIX)
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    else:
+        pairs = []
+        for part in (part.strip() for part in str(value).split(",") if part.strip()):
+            if "=" not in part:
+                raise InputError(f"{setting('mix')} entry '{part}' is not CLASS=FORMAT",
+                                 "e.g. attention=w8a8,mlp=nbits,head=nbits")
+            key, chosen = part.split("=", 1)
+            pairs.append((key, chosen))
+    mix = dict(DEFAULT_MIX)
+    for key, chosen in pairs:
+        layer = _parse_choice(LayerClass, str(key).strip(), "layer class", "mix")
+        fmt = _parse_choice(WeightFormat, str(chosen).strip(), "weight format", "mix")
+        if fmt is WeightFormat.mixed:
+            raise InputError(f"{setting('mix')} {key}={chosen}: a layer class takes one format",
+                             "use nbits or w8a8 for each class, e.g. attention=w8a8,mlp=nbits,head=nbits")
+        mix[layer] = fmt
+    if len(set(mix.values())) == 1:
+        only = next(iter(mix.values())).value
+        raise InputError(f"{setting('mix')} gives every layer class {only}: that is no mix",
+                         f"use --format {only}, or give one class the other format")
+    return mix
+
+
 Choice = TypeVar("Choice", bound=enum.Enum)
 
 
@@ -63,8 +123,10 @@ def parse_format(value: WeightFormat | str) -> WeightFormat:
 # The methods a format implements when --method is left out, and the ones it accepts.
 # w8a8 is round-to-nearest per output column: at 8 bits per channel the rounding error is already
 # below what AWQ's scaling or GPTQ's error feedback correct, so no calibration is run.
-DEFAULT_METHOD = {WeightFormat.nbits: "awq", WeightFormat.w8a8: "rtn"}
-FORMAT_METHODS = {WeightFormat.nbits: ("rtn", "gptq", "awq"), WeightFormat.w8a8: ("rtn",)}
+# mixed: the method of its nbits layers (its w8a8 layers are rtn).
+DEFAULT_METHOD = {WeightFormat.nbits: "awq", WeightFormat.w8a8: "rtn", WeightFormat.mixed: "awq"}
+FORMAT_METHODS = {WeightFormat.nbits: ("rtn", "gptq", "awq"), WeightFormat.w8a8: ("rtn",),
+                  WeightFormat.mixed: ("rtn", "gptq", "awq")}
 W8A8_WEIGHT_BITS = (7, 8)
 # Settings of the nbits format alone (besides awq/gptq): given while --format is left out, they select nbits.
 _NBITS_SETTINGS = ("group_size", "symmetric", "accuracy_level", "head_bits", "first_block_bits")
@@ -122,6 +184,9 @@ class QuantizeConfig:
     # w8a8 weight range: 7 bits (+-63) is exact on every CPU; 8 bits (+-127) only where no kernel
     # accumulates pairs in saturating int16 (x86 with VNNI, arm64): pipeline/int8_matmul.py
     w8a8_weight_bits: int = 7
+    # The mixed format's weight format per layer class ("attention=w8a8,mlp=nbits,head=nbits" or a
+    # mapping); None: DEFAULT_MIX. Only with a `mixed` format among `format`'s.
+    mix: Mapping[LayerClass, WeightFormat] | str | None = None
     # Size of the engine check in the quality report (prompts x new tokens, greedy); None: by the
     # bundle's parameter count (quality.engine_check_size).
     eval_prompts: int | None = None
@@ -141,6 +206,13 @@ class QuantizeConfig:
             raise InputError(f"{setting('format')} names {self.weight_format.value} twice",
                              "list each weight format once, e.g. --format nbits,w8a8")
         object.__setattr__(self, "also_formats", also)
+        if self.mix is not None and WeightFormat.mixed not in (self.weight_format, *also):
+            raise InputError(f"{setting('mix')} applies to the mixed format, which {setting('format')} does not name",
+                             "add mixed to --format (e.g. --format mixed, or nbits,w8a8,mixed)")
+        if WeightFormat.mixed in (self.weight_format, *also):  # else None stays: replace() re-checks it
+            object.__setattr__(self, "mix", parse_mix(
+                self.mix if self.mix is None or isinstance(self.mix, str)
+                else {str(getattr(k, "value", k)): str(getattr(v, "value", v)) for k, v in self.mix.items()}))
         method = self.method if self.method is not None else DEFAULT_METHOD[self.weight_format]
         object.__setattr__(self, "method", parse_method(method))
         for key in ("target_method", "draft_method"):
@@ -213,7 +285,8 @@ class QuantizeConfig:
             return value if given and value is not None and value.value in FORMAT_METHODS[weight_format] else None
 
         return replace(self, format=weight_format, also_formats=(), graphs=("target",), method=method(self.method),
-                       target_method=method(self.target_method), draft_method=None)
+                       target_method=method(self.target_method), draft_method=None,
+                       mix=self.mix if weight_format is WeightFormat.mixed else None)
 
     def _resolve_format(self) -> WeightFormat:
         if self.format is not None:
@@ -251,6 +324,21 @@ class QuantizeConfig:
         assert method is not None  # resolved in __post_init__
         return method
 
+    @property
+    def layer_formats(self) -> dict[LayerClass, WeightFormat]:
+        """The mixed format's weight format per layer class (`mix`, resolved in __post_init__ where a
+        mixed format is asked for)."""
+        return self.mix if isinstance(self.mix, dict) else dict(DEFAULT_MIX)
+
+    def format_for(self, role: str, layer: str) -> WeightFormat:
+        """The weight format of `role`'s layer `layer` in the mixed format, by its class."""
+        kind = layer_class(layer)
+        if kind is None:
+            raise InputError(f"{role} layer {layer} is in no layer class of {setting('mix')} "
+                             f"({', '.join(c.value for c in LayerClass)})",
+                             "quantize this model with one format (--format nbits or w8a8)")
+        return self.layer_formats[kind]
+
     def bits_for(self, role: str, layer: str) -> int | None:
         """4 or 8 bits for a layer, or None when a --keep-float pattern matches it."""
         if any(fnmatch.fnmatchcase(layer, pattern) for pattern in self.keep_float):
@@ -280,9 +368,12 @@ class QuantizeConfig:
 
         formats = (self.weight_format, *self.also_formats)
         w8a8 = {"format": ",".join(f.value for f in formats), "w8a8_weight_bits": self.w8a8_weight_bits} \
-            if WeightFormat.w8a8 in formats else {}
+            if WeightFormat.w8a8 in formats or WeightFormat.mixed in formats else {}
+        mix = {"mix": {kind.value: chosen.value for kind, chosen in self.layer_formats.items()}} \
+            if WeightFormat.mixed in formats else {}
         return {
             **w8a8,
+            **mix,
             "graphs": None if self.graphs is None else list(self.graphs),
             "target_method": self.method_for("target").value,
             "draft_method": self.method_for("draft").value,

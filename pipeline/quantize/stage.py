@@ -5,7 +5,8 @@ bits (mixed-precision defaults and `--keep-float`) and block size, collect calib
 from the float graph when the method needs them, quantize, pack and rewrite. The results must
 pass `onnx.checker` (full) and are measured against the float bundle (quality.py). The w8a8
 format (w8a8.py) rewrites every linear layer into per-channel int8 x per-row uint8 MatMulInteger
-instead. Everything else in the bundle (tokenizer, custom-op functions) is copied unchanged.
+instead; the mixed format does one or the other per layer class (`--mix attention=w8a8,mlp=nbits`).
+Everything else in the bundle (tokenizer, custom-op functions) is copied unchanged.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
 from specdec.pipeline.quantize.packing import pack
 from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.manifest import (
+    MIXED_FORMAT,
     W8A8_FORMAT,
     GraphQuantization,
     LayerQuantization,
@@ -49,6 +51,7 @@ class LayerPlan:
     bits: int | None  # None: stays float
     block_size: int | None
     reason: str = ""
+    weight_format: WeightFormat = WeightFormat.nbits  # the mixed format's w8a8 layers: w8a8 (block_size None)
 
 
 def _check_bundle(bundle: Bundle) -> None:
@@ -73,6 +76,9 @@ def plan_graph(layers: list[Layer], role: str, config: QuantizeConfig) -> list[L
         if bits is None:
             plans.append(LayerPlan(layer, None, None, "--keep-float"))
             continue
+        if config.weight_format is WeightFormat.mixed and config.format_for(role, layer.name) is WeightFormat.w8a8:
+            plans.append(LayerPlan(layer, 8, None, weight_format=WeightFormat.w8a8))
+            continue
         block = _block_size(layer.K, config.group_size)
         if block is None:
             wanted = config.group_size or "/".join(map(str, AUTO_GROUP_SIZES))
@@ -85,7 +91,8 @@ def plan_graph(layers: list[Layer], role: str, config: QuantizeConfig) -> list[L
 
 
 def _check_group_size(plans: dict[str, list[LayerPlan]], config: QuantizeConfig) -> None:
-    candidates = [p for graph in plans.values() for p in graph if p.reason != "--keep-float"]
+    candidates = [p for graph in plans.values() for p in graph
+                  if p.reason != "--keep-float" and p.weight_format is WeightFormat.nbits]
     if candidates and not any(p.bits is not None for p in candidates):
         widths = ", ".join(str(w) for w in sorted({p.layer.K for p in candidates}))
         group = config.group_size or "/".join(map(str, AUTO_GROUP_SIZES))
@@ -96,6 +103,32 @@ def _check_group_size(plans: dict[str, list[LayerPlan]], config: QuantizeConfig)
 def _quantize_graph(model: onnx.ModelProto, source: Path, role: str, spec: GraphSpec, plans: list[LayerPlan],
                     config: QuantizeConfig, data: calibration.CalibrationData, workdir: Path,
                     progress: Progress) -> GraphQuantization:
+    rewrites, layer_records = _nbits_rewrites(model, source, role, spec, plans, config, data, workdir, progress)
+    apply_rewrites(model, rewrites)
+    # the float weights that are left (embeddings, norms) come in now that the layers' are gone
+    load_external_data(model, source.parent)
+    return _nbits_record(model, role, spec, plans, layer_records, config)
+
+
+def _nbits_record(model: onnx.ModelProto, role: str, spec: GraphSpec, plans: list[LayerPlan],
+                  layer_records: dict[str, LayerQuantization], config: QuantizeConfig) -> GraphQuantization:
+    return GraphQuantization(
+        method=config.method_for(role).value,
+        group_size=config.group_size or "auto",
+        symmetric=config.symmetric,
+        accuracy_level=config.accuracy_level,
+        embeddings=_quantize_embeddings(model, role, config, spec.vocab_size),
+        summary={label: sum(1 for r in layer_records.values() if r.bits == value)
+                 for label, value in (("int4", 4), ("int8", 8), ("float", "float"))},
+        layers={p.layer.name: layer_records[p.layer.name] for p in plans},
+    )
+
+
+def _nbits_rewrites(model: onnx.ModelProto, source: Path, role: str, spec: GraphSpec, plans: list[LayerPlan],
+                    config: QuantizeConfig, data: calibration.CalibrationData, workdir: Path,
+                    progress: Progress) -> tuple[list[Rewrite], dict[str, LayerQuantization]]:
+    """The MatMulNBits rewrite of each planned layer (calibrated on the float graph where the method needs
+    it) and every layer's record; the weights are read one layer at a time."""
     method = config.method_for(role)
     algorithm = ALGORITHMS[method]
     todo = [p for p in plans if p.bits is not None]
@@ -125,19 +158,7 @@ def _quantize_graph(model: onnx.ModelProto, source: Path, role: str, spec: Graph
                 rewrites.append(rewrite)
                 layer_records[plan.layer.name] = record
                 task.advance()
-    apply_rewrites(model, rewrites)
-    # the float weights that are left (embeddings, norms) come in now that the layers' are gone
-    load_external_data(model, source.parent)
-    return GraphQuantization(
-        method=method.value,
-        group_size=config.group_size or "auto",
-        symmetric=config.symmetric,
-        accuracy_level=config.accuracy_level,
-        embeddings=_quantize_embeddings(model, role, config, spec.vocab_size),
-        summary={label: sum(1 for r in layer_records.values() if r.bits == value)
-                 for label, value in (("int4", 4), ("int8", 8), ("float", "float"))},
-        layers={p.layer.name: layer_records[p.layer.name] for p in plans},
-    )
+    return rewrites, layer_records
 
 
 def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats | None, config: QuantizeConfig,
@@ -197,6 +218,30 @@ def _quantize_graph_w8a8(model: onnx.ModelProto, source: Path, role: str, spec: 
     return record
 
 
+def _quantize_graph_mixed(model: onnx.ModelProto, source: Path, role: str, spec: GraphSpec, plans: list[LayerPlan],
+                          config: QuantizeConfig, data: calibration.CalibrationData, workdir: Path,
+                          progress: Progress) -> GraphQuantization:
+    """The mixed format: the nbits rewrites of the classes `--mix` gives nbits (calibrated on the float
+    graph as in that format), the w8a8 rewrites of the others, applied together. Each float weight is
+    read once, when its layer's turn comes; each layer's record names the format it got."""
+    w8a8_plans = [p for p in plans if p.weight_format is WeightFormat.w8a8]
+    nbits_plans = [p for p in plans if p.weight_format is WeightFormat.nbits]
+    rewrites, records = _nbits_rewrites(model, source, role, spec, nbits_plans, config, data, workdir, progress)
+    more, more_records = w8a8.layer_rewrites(model, role, [p.layer for p in w8a8_plans], config, progress,
+                                             source.parent)
+    apply_rewrites(model, rewrites + more)
+    load_external_data(model, source.parent)
+    for plan in plans:
+        record = (more_records if plan.weight_format is WeightFormat.w8a8 else records)[plan.layer.name]
+        if not record.is_float:
+            record.format = plan.weight_format.value
+        records[plan.layer.name] = record
+    graph = _nbits_record(model, role, spec, plans, records, config)
+    graph.weight_bits = config.w8a8_weight_bits if more else None
+    graph.mix = {kind.value: chosen.value for kind, chosen in config.layer_formats.items()}
+    return graph
+
+
 # (graph, its source file for streamed calibration probes, role, ...)
 GraphQuantizer = Callable[[onnx.ModelProto, Path, str, GraphSpec, list[LayerPlan], QuantizeConfig,
                            calibration.CalibrationData, Path, Progress], GraphQuantization]
@@ -204,6 +249,7 @@ GraphQuantizer = Callable[[onnx.ModelProto, Path, str, GraphSpec, list[LayerPlan
 FORMATS: dict[WeightFormat, tuple[GraphQuantizer, str, str]] = {
     WeightFormat.nbits: (_quantize_graph, "MatMulNBits", "com.microsoft"),
     WeightFormat.w8a8: (_quantize_graph_w8a8, W8A8_FORMAT, "ai.onnx"),
+    WeightFormat.mixed: (_quantize_graph_mixed, MIXED_FORMAT, "com.microsoft"),  # its nbits layers' domain
 }
 
 
@@ -228,7 +274,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         _, format_name, domain = FORMATS[config.weight_format]
         plans = {role: plan_graph(find_layers(load_graph(source.graph_path(role), weights=False)), role, config)
                  for role in roles}
-        if config.weight_format is WeightFormat.nbits:  # w8a8 is per channel: any width
+        if config.weight_format is not WeightFormat.w8a8:  # w8a8 is per channel: any width
             _check_group_size(plans, config)
         codec = TextCodec(source.tokenizer_dir)
         parameters = max(s.parameters for s in manifest.graphs.values())
@@ -292,7 +338,7 @@ def _also_format(source: Bundle, manifest: Manifest, weight_format: WeightFormat
     spec = copy.deepcopy(source.manifest.graphs["target"])
     spec.file = f"{Path(spec.file).stem}.{weight_format.value}.onnx"
     plans = plan_graph(find_layers(load_graph(source.graph_path("target"), weights=False)), "target", sub)
-    if weight_format is WeightFormat.nbits:
+    if weight_format is not WeightFormat.w8a8:
         _check_group_size({"target": plans}, sub)
     record = _quantize_role(source, "target", spec, plans, sub, data, workdir, progress)
     _, format_name, domain = FORMATS[weight_format]

@@ -28,6 +28,19 @@ def quantize_graph(model: onnx.ModelProto, role: str, layers: list[Layer], confi
                    progress: Progress, base_dir: Path | None = None) -> GraphQuantization:
     """Rewrite `layers` of `model` in place into w8a8 and return the graph's record; `base_dir`: where a
     structure-only model's external data lies (each layer's weight is read from there when its turn comes)."""
+    rewrites, records = layer_rewrites(model, role, layers, config, progress, base_dir)
+    apply_rewrites(model, rewrites)
+    return GraphQuantization(
+        method="rtn", group_size="channel", symmetric=True, accuracy_level=0, embeddings={},
+        summary={"int4": 0, "int8": len(rewrites), "float": len(layers) - len(rewrites)}, layers=records,
+        weight_bits=config.w8a8_weight_bits,
+    )
+
+
+def layer_rewrites(model: onnx.ModelProto, role: str, layers: list[Layer], config: QuantizeConfig, progress: Progress,
+                   base_dir: Path | None = None) -> tuple[list[Rewrite], dict[str, LayerQuantization]]:
+    """The w8a8 rewrite of each of `layers` (`--keep-float` ones excepted) and every layer's record; one
+    float weight is in memory at a time, the int8 codes of those done so far beside it."""
     records: dict[str, LayerQuantization] = {}
     rewrites: list[Rewrite] = []
     with progress.task(f"{role}: w8a8 rtn on {len(layers)} layers", total=len(layers)) as task:
@@ -46,9 +59,4 @@ def quantize_graph(model: onnx.ModelProto, role: str, layers: list[Layer], confi
             records[layer.name] = LayerQuantization(bits=8, method="rtn", weight_rel_error=error)
             rewrites.append(Rewrite(layer, columns, None, 0))
             task.advance()
-    apply_rewrites(model, rewrites)
-    return GraphQuantization(
-        method="rtn", group_size="channel", symmetric=True, accuracy_level=0, embeddings={},
-        summary={"int4": 0, "int8": len(rewrites), "float": len(layers) - len(rewrites)}, layers=records,
-        weight_bits=config.w8a8_weight_bits,
-    )
+    return rewrites, records

@@ -34,9 +34,10 @@ def x86_without_vnni(machine: str | None = None, cpuinfo: str | None = None) -> 
 
 def check_weight_range(quantization: Quantization | None, *, machine: str | None = None,
                        cpuinfo: str | None = None) -> None:
-    if quantization is None or not quantization.row_invariant:
+    if quantization is None:
         return
-    wide = [role for role, graph in quantization.graphs.items() if (graph.weight_bits or 7) > 7]
+    wide = [role for role, graph in quantization.graphs.items()
+            if quantization.int8_matmuls(role) and (graph.weight_bits or 7) > 7]
     if wide and x86_without_vnni(machine, cpuinfo):
         raise BundleError(f"the {' and '.join(wide)} graph's 8-bit w8a8 weights saturate this CPU's int8 "
                                  "kernels (x86 without VNNI: int16 pair sums)",
