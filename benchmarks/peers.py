@@ -15,7 +15,8 @@ same prompts, the same thread count, greedy, a fixed number of new tokens:
   MatMul 4-bit incl. the first block and the head: genai's settings) — which decodes in the exact
   layout —, the cpu flavour fp32 with only its draft at 4 bits (`specdec quantize --graphs draft`:
   the output stays the fp32 target's), the cpu flavour w8a8 (`quantize --format w8a8`: per-channel
-  int8 x per-row uint8 MatMulInteger) and, with `--npu`, the static npu flavour. Speculative runs use the tree
+  int8 x per-row uint8 MatMulInteger), the cpu flavour mixed (`--format mixed`: attention w8a8, MLP and
+  head int4 at genai's settings) and, with `--npu`, the static npu flavour. Speculative runs use the tree
   `specdec tune` plans on this machine.
 
 Every measurement runs in a fresh process (benchmarks/peer_runners.py), configurations interleaved
@@ -48,6 +49,7 @@ from common import CACHE, realistic_pair
 
 # specdec's configurations, by bundle name (`--only "specdec <name>"`)
 SPECDEC_BUNDLES = ("generic fp32", "cpu fp32", "cpu int4-draft fp32", "cpu int4", "cpu b128-zp int4", "cpu w8a8",
+                   "cpu mixed",
                    "npu fp32")
 
 HERE = Path(__file__).resolve().parent
@@ -154,6 +156,10 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, wanted:
         "cpu int4": ("int4-fb4", {"group_size": 32, "symmetric": True, **genai_layout}),
         "cpu b128-zp int4": ("int4-b128-zp-fb4", {"group_size": 128, "symmetric": False, **genai_layout}),
         "cpu w8a8": ("w8a8", {"format": WeightFormat.w8a8}),
+        # attention (and the draft's) w8a8, the MLP and head int4 at genai's settings: int4's single-row
+        # kernel is the faster one with VNNI, w8a8's grows less with the rows a tree verifies
+        "cpu mixed": ("mixed-fb4", {"format": WeightFormat.mixed, "mix": "attention=w8a8,mlp=nbits,head=nbits",
+                                    "group_size": 32, "symmetric": True, **genai_layout}),
     }
     builders: dict[str, Any] = {
         "generic fp32": surgered,
@@ -262,7 +268,7 @@ def main() -> None:
         precision = name.split()[-1]
         configs.append(Config(f"specdec {name} plain", "specdec", precision, "plain", str(path),
                               decode={"speculative": False}))
-        if precision in ("int4", "w8a8"):  # the exact layout pads plain steps; this is the fastest plain step
+        if precision in ("int4", "w8a8", "mixed"):  # the exact layout pads plain steps; the fastest plain step
             configs.append(Config(f"specdec {name} plain, one-row steps", "specdec", precision, "plain", str(path),
                                   decode={"speculative": False, "exact_layout": False}))
         configs.append(Config(f"specdec {name} speculative (tuned)", "specdec", precision, "speculative", str(path)))
