@@ -61,7 +61,7 @@ def quantize(weight: np.ndarray, spec: QuantSpec, stats: LayerStats | None) -> Q
     if row_index is not None:
         rows = rows[row_index]
     column_index = _evenly(n, kept_columns)
-    w = weight.astype(np.float32)
+    w = weight.astype(np.float32, copy=False)
     searched = w if column_index is None else np.ascontiguousarray(w[:, column_index])
     reference = rows @ searched
     best: tuple[float, float, np.ndarray | None] | None = None
@@ -71,7 +71,7 @@ def quantize(weight: np.ndarray, spec: QuantSpec, stats: LayerStats | None) -> Q
         scales = channel_scales(stats.mean_abs, alpha)
         # The graph multiplies by 1/s in its own dtype: search with exactly that factor.
         inverse = None if alpha == 0 else (1.0 / scales).astype(spec.scale_dtype)
-        result = round_to_nearest((searched * scales[:, None]).astype(np.float32), spec)
+        result = round_to_nearest(searched, spec, input_scales=scales)
         applied = dequantize(result.codes, result.scales, result.zero_points, spec.block_size)
         scaled_rows = rows if inverse is None else rows * inverse.astype(np.float32)
         loss = float(np.sum(np.square((scaled_rows @ applied - reference).astype(np.float64))))
@@ -81,7 +81,7 @@ def quantize(weight: np.ndarray, spec: QuantSpec, stats: LayerStats | None) -> Q
     assert best is not None
     loss, alpha, inverse = best
     scales = channel_scales(stats.mean_abs, alpha)
-    result = round_to_nearest((w * scales[:, None]).astype(np.float32), spec)
+    result = round_to_nearest(w, spec, input_scales=scales)
     info = {"alpha": alpha, "loss_vs_rtn": loss / losses[0] if losses[0] > 0 else 1.0,
             "search_rows": float(rows.shape[0]), "search_columns": float(searched.shape[1])}
     return QuantResult(result.codes, result.scales, result.zero_points, input_scale=inverse, info=info)
