@@ -106,6 +106,15 @@ def unpack(weight: np.ndarray, zero_points: np.ndarray | None, *, K: int, N: int
 def dequantize(codes: np.ndarray, scales: np.ndarray, zero_points: np.ndarray, block_size: int) -> np.ndarray:
     """W[K, N] = (codes - zero_point) * scale, blockwise along K; float32 like the kernel."""
     k, n = codes.shape
+    if k % block_size == 0:
+        # per block row, broadcast along N: contiguous throughout (the repeat-and-transpose form
+        # below strides across N and took half of an AWQ search's time)
+        blocks = k // block_size
+        block_scales = scales.astype(np.float32).reshape(n, -1)[:, :blocks].T[:, None, :]
+        block_zeros = zero_points.astype(np.float32).reshape(n, -1)[:, :blocks].T[:, None, :]
+        shaped = codes.reshape(blocks, block_size, n).astype(np.float32)
+        dequantized: np.ndarray = ((shaped - block_zeros) * block_scales).reshape(k, n)
+        return dequantized
     scale_rows = np.repeat(scales.astype(np.float32).reshape(n, -1), block_size, axis=1).T[:k]
     zp_rows = np.repeat(zero_points.astype(np.float32).reshape(n, -1), block_size, axis=1).T[:k]
     return ((codes.astype(np.float32) - zp_rows) * scale_rows).astype(np.float32)

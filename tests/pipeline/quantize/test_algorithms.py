@@ -130,3 +130,13 @@ def test_rtn_a_chunk_of_columns_at_a_time_is_bit_identical_to_ort(spec: QuantSpe
     ours, theirs = round_to_nearest(weight, spec), rtn.quantize(weight, spec)
     assert np.array_equal(ours.codes, theirs.codes)
     assert np.array_equal(ours.scales, theirs.scales) and np.array_equal(ours.zero_points, theirs.zero_points)
+
+
+def test_float32_rounding_is_half_away_from_zero_like_roundf() -> None:
+    values = np.array([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, 2.4999998, 14.5, 15.499999, -3.5000002, 0.0],
+                      np.float32)
+    rng = np.random.default_rng(3)
+    values = np.concatenate([values, (rng.random(100_000) * 40 - 20).astype(np.float32),
+                             np.arange(-40, 40, dtype=np.float32) + np.float32(0.5)])
+    reference = np.sign(values.astype(np.float64)) * np.floor(np.abs(values.astype(np.float64)) + 0.5)
+    assert np.array_equal(base._roundf(values), reference)

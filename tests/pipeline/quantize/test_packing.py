@@ -90,3 +90,17 @@ def test_pack_rejects_bad_shapes() -> None:
         pack(codes + 16, np.ones((4, 2), np.float32), None, bits=4, block_size=32)
     with pytest.raises(ValueError, match="supports"):
         pack(codes, np.ones((4, 2), np.float32), None, bits=3, block_size=32)
+
+
+@pytest.mark.parametrize("k", [96, 100])  # a whole number of blocks (the broadcast path), and a ragged last block
+def test_dequantize_is_codes_minus_zero_point_times_scale_per_block(k: int) -> None:
+    rng = np.random.default_rng(7)
+    n, block = 24, 32
+    blocks = -(-k // block)
+    codes = rng.integers(0, 16, size=(k, n), dtype=np.uint8)
+    scales = rng.random((n, blocks)).astype(np.float16)
+    zeros = rng.integers(0, 16, size=(n, blocks), dtype=np.uint8)
+    got = dequantize(codes, scales, zeros, block)
+    block_of = np.arange(k) // block
+    expected = (codes.astype(np.float32) - zeros.astype(np.float32).T[block_of]) * scales.astype(np.float32).T[block_of]
+    assert got.dtype == np.float32 and np.array_equal(got, expected)
