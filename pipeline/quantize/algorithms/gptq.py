@@ -9,7 +9,8 @@ starts, so they see the error feedback of everything before them.
 
 Details kept from the reference implementation: dampening of 1% of the mean diagonal (raised
 tenfold if H is still not positive definite), dead inputs (a zero diagonal: the channel was always
-0) get H_ii = 1 and weight 0, all arithmetic in float64.
+0) get H_ii = 1 and weight 0, the inverse Hessian's factor in float32 (Cholesky, inverse from the
+factor, Cholesky). The column loop runs in float64.
 
 No act-order (desc_act): it quantizes channels in order of decreasing H_ii, which scatters each
 group's rows across K. MatMulNBits blocks are contiguous rows; a scattered layout needs its
@@ -29,20 +30,32 @@ _DAMP_RETRIES = 6
 
 
 def inverse_hessian_factor(hessian: np.ndarray, damp: float = DAMP) -> tuple[np.ndarray, float]:
-    """Upper Cholesky factor U of (H + lambda I)^-1 (so H^-1 = U^T U) and the lambda used."""
+    """Upper Cholesky factor U of (H + lambda I)^-1 (so H^-1 = U^T U) and the lambda used.
+
+    torch's LAPACK calls in float32, as the reference implementation makes them: Cholesky, the
+    inverse from the factor (cholesky_inverse), Cholesky again. numpy has no inverse from a factor;
+    its general solve for L^-1 and the product L^-T L^-1 in float64 took 68 of the 80 s CPU of one
+    8192-input layer (Llama-3.2-1B's down projections); this takes about 20 (the whole layer 32 s,
+    relative output error 0.0094868 against 0.0094866)."""
+    import torch
+
     k = hessian.shape[0]
     mean_diag = float(np.mean(np.diag(hessian))) or 1.0
     lam = damp * mean_diag
-    eye = np.eye(k)
+    base = torch.from_numpy(np.asarray(hessian, dtype=np.float32))
     for _ in range(_DAMP_RETRIES):
-        try:
-            lower = np.linalg.cholesky(hessian + lam * eye)
-            lower_inv = np.linalg.solve(lower, eye)
-            inverse = lower_inv.T @ lower_inv
-            return np.linalg.cholesky((inverse + inverse.T) / 2).T, lam
-        except np.linalg.LinAlgError:
-            lam *= 10
-    raise np.linalg.LinAlgError("the calibration Hessian is not positive definite even after dampening")
+        dampened = base.clone()
+        dampened.diagonal().add_(lam)
+        lower, info = torch.linalg.cholesky_ex(dampened)
+        if int(info) == 0:
+            inverse = torch.cholesky_inverse(lower)
+            upper, info = torch.linalg.cholesky_ex((inverse + inverse.T) / 2, upper=True)
+            if int(info) == 0:
+                factor: np.ndarray = upper.numpy().astype(np.float64)
+                return factor, lam
+        lam *= 10
+    raise np.linalg.LinAlgError(f"the calibration Hessian ({k} inputs) is not positive definite even after "
+                                "dampening")
 
 
 def quantize(weight: np.ndarray, spec: QuantSpec, stats: LayerStats | None) -> QuantResult:
