@@ -41,7 +41,7 @@ class LayerStats:
 
     width: int
     rows: int = 0
-    xtx: np.ndarray | None = None  # [K, K] float64
+    xtx: np.ndarray | None = None  # [K, K] float32
     abs_sum: np.ndarray | None = None  # [K] float64
     sample: np.ndarray | None = None  # [R, K] float32
 
@@ -49,7 +49,7 @@ class LayerStats:
     def hessian(self) -> np.ndarray:
         if self.xtx is None or self.rows == 0:
             raise ValueError("no x^T x was collected for this layer")
-        return 2.0 * self.xtx / self.rows
+        return 2.0 * self.xtx.astype(np.float64) / self.rows
 
     @property
     def mean_abs(self) -> np.ndarray:
