@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/draft_from_target.py OUT [--minutes 15] [--bench] [--steps N] [--size S [S ...]]
     .venv/bin/python benchmarks/draft_from_target.py OUT --size S [S ...] --reuse --bench --bench-sizes S
+    .venv/bin/python benchmarks/draft_from_target.py OUT --layers 2 --bench --bench-repeats 3
 
 1. `benchmarks/realistic.py` builds the 61.5M-parameter target (the demo target grown to 24 layers;
    18 of them and most FFN channels compute but contribute nothing) with the demo draft;
@@ -15,7 +16,8 @@
    default settings — it tunes its plan per bundle — 8 prompts), one after the other in this run:
    each made draft, the first made draft exported with `--no-share-tensors`, and the demo draft; each
    reports plain vs speculative tokens/s from the same process, whether the speculative replies
-   equal plain greedy decoding, and the process's peak RSS.
+   equal plain greedy decoding, and the process's peak RSS. `--bench-repeats N` benches the shared
+   bundles N times each, taking turns, and leaves the unshared one out.
 
 Writes `OUT/draft_from_target.json`. The machine's load changes absolute times; compare ratios.
 """
@@ -77,19 +79,23 @@ def measure(target_dir: Path, drafts: dict[str, Path]) -> dict[str, Any]:
     return results
 
 
-def bench(target_dir: Path, draft_dir: Path, out: Path, share: bool = True) -> dict[str, Any]:
+def export(target_dir: Path, draft_dir: Path, out: Path, share: bool = True) -> dict[str, Any]:
     bundle = out / "bundle"
     started = time.time()
     subprocess.run(["nice", "-n", "10", SPECDEC, "export", str(target_dir), "--draft", str(draft_dir), "-o",
                     str(bundle), "--force", *([] if share else ["--no-share-tensors"])], check=True)
-    exported = time.time()
-    results = out / "bench"
-    subprocess.run(["nice", "-n", "10", SPECDEC, "bench", str(bundle), "-o", str(results), "--limit", "8",
+    sizes = {p.name: p.stat().st_size for p in bundle.iterdir() if p.is_file()}
+    return {"bundle_files": sizes, "bundle_bytes": sum(sizes.values()), "export_s": time.time() - started}
+
+
+def bench(out: Path, repeat: int = 0) -> dict[str, Any]:
+    """One `specdec bench` of OUT/bundle (default settings: it tunes its own plan), into OUT/bench[-REPEAT]."""
+    results = out / ("bench" if repeat == 0 else f"bench-{repeat}")
+    started = time.time()
+    subprocess.run(["nice", "-n", "10", SPECDEC, "bench", str(out / "bundle"), "-o", str(results), "--limit", "8",
                     "--force"], check=True)
     data = json.loads((results / "results.json").read_text())
-    sizes = {p.name: p.stat().st_size for p in bundle.iterdir() if p.is_file()}
-    return {"results": str(results / "results.json"), "bundle_files": sizes, "bundle_bytes": sum(sizes.values()),
-            "export_s": exported - started, "bench_s": time.time() - exported,
+    return {"results": str(results / "results.json"), "bench_s": time.time() - started, "load_after": os.getloadavg(),
             "figures": {k: v for k, v in data.items() if k in ("figures", "lossless", "plan")}}
 
 
@@ -99,11 +105,14 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None, help="specdec draft's budget (default: its own)")
     parser.add_argument("--steps", type=int, default=None, help="specdec draft's step count (a quick check)")
     parser.add_argument("--samples", type=int, default=None)
+    parser.add_argument("--layers", type=int, default=None, help="specdec draft's --layers (default: its own)")
     parser.add_argument("--size", type=float, nargs="+", default=[None],
                         help="specdec draft's --size; several: one draft each (default: its own)")
     parser.add_argument("--bench", action="store_true", help="export and bench both pairs")
     parser.add_argument("--bench-sizes", type=float, nargs="+", default=None,
                         help="bench only the made drafts of these sizes (default: all)")
+    parser.add_argument("--bench-repeats", type=int, default=1,
+                        help="bench every bundle this many times, taking turns (made, demo, made, demo, ...)")
     parser.add_argument("--reuse", action="store_true",
                         help="keep the drafts and quality figures OUT already holds (a run stopped before its benches)")
     args = parser.parse_args()
@@ -126,7 +135,8 @@ def main() -> None:
             continue
         started = time.time()
         options: dict[str, Any] = {k: v for k, v in {"minutes": args.minutes, "steps": args.steps,
-                                                     "samples": args.samples, "size": size}.items()
+                                                     "samples": args.samples, "size": size,
+                                                     "layers": args.layers}.items()
                                    if v is not None}
         result = make_draft(DraftConfig(target=str(target_dir), output=args.out / name, calib=calib, force=True,
                                         **options))
@@ -144,14 +154,21 @@ def main() -> None:
         # the unshared bundle before the demo draft's: a run cut short still has peak RSS with and without sharing
         runs = [*((name, path, True) for name, path in made.items()), (f"{first}_unshared", made[first], False),
                 ("demo", demo_draft, True)]
-        summary["bench"] = {}
-        for name, path, share in runs:
-            summary["bench"][name] = bench(target_dir, path, args.out / f"bench-{name}", share) | {
-                "load_after": os.getloadavg()}
-            record.write_text(json.dumps(summary, indent=2) + "\n")
+        if args.bench_repeats > 1:  # repeats compare drafts, not sharing: the unshared bundle is left out
+            runs = [run for run in runs if run[2]]
+        summary["bench"] = {name: export(target_dir, path, args.out / f"bench-{name}", share)
+                            for name, path, share in runs}
+        # the bundles take turns, so that a drifting machine load falls on each of them alike
+        for repeat in range(args.bench_repeats):
+            for name, _, _ in runs:
+                summary["bench"][name].setdefault("runs", []).append(bench(args.out / f"bench-{name}", repeat))
+                record.write_text(json.dumps(summary, indent=2) + "\n")
     summary["load_at_end"] = os.getloadavg()
     record.write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary["quality"], indent=2))
+    for name, record_ in summary.get("bench", {}).items():
+        speedups = [run["figures"]["figures"].get("speedup") for run in record_.get("runs", [])]
+        print(f"{name}: speedups {speedups}")
 
 
 if __name__ == "__main__":
