@@ -88,7 +88,7 @@ def build_checkpoint(size: str, out: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from specdec.pipeline.quantize.calibration import default_calib_path
+    from specdec.pipeline.calibration import default_calib_path
 
     shape = dict(SHAPES[size])
     vocab_size = int(shape["vocab_size"])

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.bundle import GraphSpec
+from specdec.pipeline.calibration import MAX_EVAL_WINDOWS, CalibrationData, graph_info, prefill
 from specdec.pipeline.errors import ValidationError, setting
 from specdec.pipeline.graph_io import SHARED_DATA, external_bytes
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.quantize.calibration import MAX_EVAL_WINDOWS, CalibrationData, graph_info, prefill
 from specdec.pipeline.runtime.graph import Graph
 
 log = logging.getLogger(__name__)

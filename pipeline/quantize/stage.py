@@ -21,12 +21,13 @@ from typing import Any
 import numpy as np
 import onnx
 
+from specdec.pipeline import calibration
 from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, Manifest, input_digests
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.graph_io import describe_io, graph_files, load_external_data, load_graph, save_graph
 from specdec.pipeline.graph_query import Layer, find_layers, load_weight
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.quantize import calibration, quality, w8a8
+from specdec.pipeline.quantize import layer_stats, quality, w8a8
 from specdec.pipeline.quantize.algorithms import ALGORITHMS, LayerStats, QuantResult, QuantSpec, rtn
 from specdec.pipeline.quantize.config import AUTO_GROUP_SIZES, LARGE_VOCAB, QuantizeConfig, WeightFormat
 from specdec.pipeline.quantize.embeddings import apply_embeddings, find_embeddings, load_table
@@ -138,7 +139,7 @@ def _nbits_rewrites(model: onnx.ModelProto, source: Path, role: str, spec: Graph
         if algorithm.needs:
             wanted[plan.layer.input] = wanted.get(plan.layer.input, frozenset()) | algorithm.needs
             widths[plan.layer.input] = plan.layer.K
-    passes = calibration.plan_passes(wanted, widths) if wanted else []
+    passes = layer_stats.plan_passes(wanted, widths) if wanted else []
     rewrites: list[Rewrite] = []
     layer_records = {p.layer.name: LayerQuantization(bits="float", reason=p.reason) for p in plans
                      if p.bits is None}
@@ -151,7 +152,7 @@ def _nbits_rewrites(model: onnx.ModelProto, source: Path, role: str, spec: Graph
                 with progress.task(f"{role}: calibrating {len(wanted_now)} layer inputs on "
                                    f"{data.windows.shape[0]} samples", total=data.windows.shape[0]) as windows, \
                         calibration.probe_graph(source, role, spec, list(wanted_now), workdir) as graph:
-                    stats = calibration.collect(graph, wanted_now, data.windows, config.seed, windows.advance)
+                    stats = layer_stats.collect(graph, wanted_now, data.windows, config.seed, windows.advance)
             for plan in members:
                 rewrite, record = _quantize_layer(model, plan, stats.get(plan.layer.input), config, method.value,
                                                   algorithm.run, source.parent)

@@ -53,12 +53,12 @@ def test_quantize_piped_to_a_file_prints_progress_lines(bundle_factory, tmp_path
 
 def test_running_out_of_memory_is_one_line(bundle_factory, tmp_path: Path,  # type: ignore[no-untyped-def]
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from specdec.pipeline.quantize import calibration
+    from specdec.pipeline.quantize import layer_stats
 
     def exhausted(*args: object, **kwargs: object) -> None:
         raise MemoryError
 
-    monkeypatch.setattr(calibration, "collect", exhausted)
+    monkeypatch.setattr(layer_stats, "collect", exhausted)
     result = runner.invoke(app, ["quantize", str(bundle_factory("llama").path), "-o", str(tmp_path / "q"),
                                  "--method", "gptq", "--calib-samples", "2", "--calib-seq-len", "16"])
     assert result.exit_code == 1

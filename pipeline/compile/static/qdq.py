@@ -42,7 +42,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline import int8_matmul
+from specdec.pipeline import calibration, int8_matmul
 from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.graph_query import names_used, unique_name
@@ -201,7 +201,6 @@ def calibration_windows(manifest: Manifest, tokenizer_dir: Path) -> tuple[np.nda
     """(calibration windows, held-out windows, source): the bundle's own calibration text (quantize's
     lineage record, with its sample count capped at MAX_WINDOWS and its window length), else
     quantize's default text; quantize's own split, so the held-out windows were not calibrated on."""
-    from specdec.pipeline.quantize import calibration
     from specdec.pipeline.text import TextCodec
 
     record = next((entry.config for entry in reversed(manifest.lineage) if entry.stage == "quantize"), {})
@@ -218,7 +217,6 @@ def calibration_windows(manifest: Manifest, tokenizer_dir: Path) -> tuple[np.nda
 def calibrate(source: Path, role: str, spec: GraphSpec, windows: np.ndarray, workdir: Path) -> dict[str, float]:
     """Per w8a8 layer (Linear.key): the absolute maximum of its input over every token of `windows`,
     as the activation scale absmax / 127 (module docstring: why absmax)."""
-    from specdec.pipeline.quantize import calibration
 
     linears = find_linears(onnx.load(str(source), load_external_data=False))
     if not linears:
@@ -245,7 +243,6 @@ def write_qdq_graph(source: Path, scales: dict[str, float], out: Path) -> Path:
 def measure(reference: Path, qdq: Path, role: str, spec: GraphSpec, windows: list[np.ndarray]) -> dict[str, Any]:
     """The QDQ graph against the dynamic w8a8 graph on the held-out `windows`: logits error (the
     validator's metric), greedy mismatch, perplexity of both; and the target QDQ graph's batch invariance."""
-    from specdec.pipeline.quantize import calibration
     from specdec.pipeline.runtime.graph import Graph, SessionOptions
     from specdec.pipeline.runtime.invariance import measure as invariance
     from specdec.pipeline.runtime.runner import DynamicRunner

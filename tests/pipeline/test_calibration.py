@@ -1,15 +1,18 @@
-"""Calibration files: formats, bad input, the number of tokens actually used, stats passes."""
+"""Calibration files (formats, bad input, the number of tokens actually used) and the cut-down probe graph."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
 
+from specdec.pipeline import calibration
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.quantize import calibration
-from specdec.pipeline.quantize.algorithms import ACTIVATIONS, HESSIAN
+from specdec.pipeline.graph_query import find_layers, load_weight
+from specdec.pipeline.runtime.graph import Graph
 
 
 def encode(text: str) -> list[int]:
@@ -96,9 +99,22 @@ def test_built_in_text_is_shipped() -> None:
     assert data.windows.shape == (2, 32) and data.source == str(path)
 
 
-def test_statistics_passes_fit_the_budget() -> None:
-    wanted = {"a": frozenset({HESSIAN}), "b": frozenset({HESSIAN, ACTIVATIONS}), "c": frozenset({ACTIVATIONS})}
-    widths = {"a": 100, "b": 100, "c": 100}
-    assert calibration.plan_passes(wanted, widths) == [wanted]
-    small = calibration.plan_passes(wanted, widths, budget=4 * 100 * 100 + 1)
-    assert [list(p) for p in small] == [["a"], ["b"], ["c"]]
+def test_probe_keeps_only_what_its_outputs_need(surgered_bundle, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    source = surgered_bundle.graph_path("target")
+    spec = surgered_bundle.manifest.graphs["target"]
+    full = onnx.load(str(source), load_external_data=False)
+    first = find_layers(full)[0].input  # the first layer's input: embedding and first norm only
+    window = np.arange(12, dtype=np.int64) % spec.vocab_size
+    with calibration.probe_graph(source, "target", spec, [first], tmp_path) as probe:
+        assert [o.name for o in probe.session.get_outputs()] == [first]
+        kept = len(onnx.load(str(probe.info.file), load_external_data=False).graph.node)
+        _, got = calibration.prefill(probe, window, (first,), with_logits=False)
+    assert kept < len(full.graph.node) // 4
+    head = find_layers(full)[-1]  # its input needs nearly the whole graph: the values of the graph's own run
+    with calibration.probe_graph(source, "target", spec, [first, head.input], tmp_path) as probe:
+        _, both = calibration.prefill(probe, window, (first, head.input), with_logits=False)
+    np.testing.assert_array_equal(got[first], both[first])
+    logits, _ = calibration.prefill(Graph(calibration.graph_info("target", spec, source)), window)
+    weight = load_weight(full, head, source.parent)
+    np.testing.assert_allclose(both[head.input].reshape(-1, weight.shape[0]) @ weight, logits, rtol=1e-4, atol=1e-4)
+    assert not list(tmp_path.iterdir())  # each probe is removed afterwards

@@ -1,25 +1,20 @@
-"""Calibration text -> token windows, and per-layer activation statistics from the float graph.
+"""Calibration text -> token windows, and running a float graph on them (shared by quantize and compile).
 
 Text: `--calib FILE` (plain text, or JSONL whose lines carry `text` or `input_ids`), else the
-demo pair's `pipeline/demo/calib.txt`, else `calib_default.txt` shipped here (~20 KB of Python
+demo pair's `pipeline/demo/calib.txt`, else `quantize/calib_default.txt` (~20 KB of Python
 documentation, docstrings and code held out from the demo corpus; PSF License). It is tokenised
 with the bundle's tokenizer; the last ~10% is held out for perplexity and the engine's prompts.
 
-Statistics: the float graph runs in onnxruntime with each layer's input added as an extra graph
-output (prefill of one window with a causal mask, past = 0); per input tensor we accumulate
-x^T x (GPTQ) and sum |x| plus a capped random sample of rows (AWQ), never all activations.
-Layers reading the same tensor (q/k/v, gate/up) share one record. x^T x is K^2 float64, so the
-inputs are taken in passes that fit a memory budget, re-running the windows per pass.
-
-All layers are calibrated on the float model's activations in one go, not sequentially on the
-partly quantized model as the GPTQ paper does: one graph run per window serves every layer.
+Probes: the float graph with chosen intermediate tensors (layer inputs) as its outputs, cut down
+to the nodes those tensors need, run in onnxruntime one window at a time (prefill with a causal
+mask, past = 0). quantize collects its per-layer statistics this way (quantize/layer_stats.py),
+the npu flavour its static activation scales (compile/static/qdq.py).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -29,27 +24,25 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.utils
 from onnx import TensorProto, helper
 
 from specdec.pipeline.bundle import GraphSpec
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.graph_io import external_files, load_graph
-from specdec.pipeline.quantize.algorithms import ACTIVATIONS, HESSIAN, LayerStats
 from specdec.pipeline.runtime.graph import Graph
 from specdec.pipeline.runtime.manifest import GraphInfo
 
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
-DEMO_CALIB = _HERE.parent / "demo" / "calib.txt"
-DEFAULT_CALIB = _HERE / "calib_default.txt"
+DEMO_CALIB = _HERE / "demo" / "calib.txt"
+DEFAULT_CALIB = _HERE / "quantize" / "calib_default.txt"
 HOLDOUT_FRACTION = 10  # 1/10 of the tokens
 MIN_HOLDOUT = 16
 MIN_TOKENS = 2 * MIN_HOLDOUT
 MAX_EVAL_WINDOWS = 16
 PROMPT_TOKENS = 24
-ROW_SAMPLE = 1024  # AWQ rows kept per layer input
-STATS_BUDGET_BYTES = 1 << 30  # x^T x and row samples held at once
 
 
 @dataclass(frozen=True)
@@ -183,36 +176,25 @@ def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (),
     return logits, extras
 
 
-def plan_passes(wanted: dict[str, frozenset[str]], widths: dict[str, int],
-                budget: int = STATS_BUDGET_BYTES) -> list[dict[str, frozenset[str]]]:
-    """Split layer inputs into calibration passes whose statistics fit `budget` bytes."""
-    passes: list[dict[str, frozenset[str]]] = [{}]
-    used = 0
-    for name, needs in wanted.items():
-        k = widths[name]
-        size = (4 * k * k if HESSIAN in needs else 0) + (4 * ROW_SAMPLE * k + 8 * k if ACTIVATIONS in needs else 0)
-        if passes[-1] and used + size > budget:
-            passes.append({})
-            used = 0
-        passes[-1][name] = needs
-        used += size
-    return [p for p in passes if p]
-
-
 @contextmanager
 def probe_graph(source: Path, role: str, spec: GraphSpec, names: Sequence[str], workdir: Path) -> Iterator[Graph]:
-    """The float graph file `source` with `names` as extra outputs, loaded in onnxruntime; removed afterwards.
+    """The float graph file `source` cut down to `names` as its only outputs, loaded in onnxruntime;
+    removed afterwards. It takes the graph's inputs (an unused past is fed and ignored).
 
-    Only the graph's structure is loaded and rewritten: its weights stay where they are, and the
-    probe's directory links the source's external data files (a 1B-parameter graph is 5 GB; writing
-    or holding a second copy per calibration pass is what the structure-only probe avoids). A graph
-    small enough to keep its weights inside the .onnx is simply re-saved.
+    onnxruntime runs every node of a graph whatever outputs a run asks for (onnxruntime#16483), so
+    the probe keeps only the nodes `names` need (onnx.utils.Extractor): a pass over the first layers
+    of a 1B-parameter model skips the others and the 128k-row head. Only the graph's structure is
+    loaded and rewritten: its weights stay where they are, and the probe's directory links the
+    source's external data files (the graph is 5 GB; writing or holding a second copy per pass is
+    what the structure-only probe avoids). A graph small enough to keep its weights inside the
+    .onnx is simply re-saved.
     """
     model = load_graph(source, weights=False)
     elem = TensorProto.FLOAT16 if spec.dtype == "float16" else TensorProto.FLOAT
     existing = {value.name for value in model.graph.output}
     model.graph.output.extend(helper.make_tensor_value_info(name, elem, None) for name in names
                               if name not in existing)
+    model = onnx.utils.Extractor(model).extract_model([value.name for value in model.graph.input], list(names))
     with tempfile.TemporaryDirectory(prefix=f"calib-{role}-", dir=workdir) as tmp:
         path = Path(tmp) / source.name
         for location in external_files(source):
@@ -231,39 +213,3 @@ def _link(source: Path, link: Path) -> None:
         os.link(source, link)
     except OSError:
         link.symlink_to(source.resolve())
-
-
-def collect(graph: Graph, wanted: dict[str, frozenset[str]], windows: np.ndarray, seed: int,
-            on_window: Callable[[], None] | None = None) -> dict[str, LayerStats]:
-    """Accumulate the statistics `wanted` asks for, one prefill per calibration window (`on_window` after each)."""
-    rng = np.random.default_rng(seed)
-    names = tuple(wanted)
-    stats: dict[str, LayerStats] = {}
-    per_window = math.ceil(ROW_SAMPLE / max(len(windows), 1))
-    samples: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    for window in windows:
-        _, extras = prefill(graph, window, names, with_logits=False)
-        for name in names:
-            rows = extras[name].reshape(-1, extras[name].shape[-1])
-            record = stats.get(name) or stats.setdefault(name, LayerStats(width=rows.shape[1]))
-            record.rows += rows.shape[0]
-            if HESSIAN in wanted[name]:
-                # float32, as the reference GPTQ accumulates H: half the bytes of float64, so half the
-                # calibration passes (each a prefill of the whole graph: 16 passes of ~2.3 min at the
-                # Llama-3.2-1B shape, whose 8192-wide down-projection inputs take 256 MB each)
-                block = rows.astype(np.float32, copy=False)
-                if record.xtx is None:
-                    record.xtx = block.T @ block
-                else:
-                    record.xtx += block.T @ block
-            if ACTIVATIONS in wanted[name]:
-                absolute = np.abs(rows.astype(np.float64)).sum(axis=0)
-                record.abs_sum = absolute if record.abs_sum is None else record.abs_sum + absolute
-                pick = rng.choice(rows.shape[0], size=min(per_window, rows.shape[0]), replace=False)
-                samples[name].append(rows[np.sort(pick)].astype(np.float32))
-        if on_window is not None:
-            on_window()
-    for name, parts in samples.items():
-        if parts:
-            stats[name].sample = np.concatenate(parts)[:ROW_SAMPLE]
-    return stats
