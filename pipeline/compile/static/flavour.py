@@ -124,6 +124,8 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
     if plan is not None:  # the QDQ form's measurements, and what the MatMulInteger form's readiness was
         manifest.reports["compile"]["activations"] = {**plan.report, "readiness_matmulinteger": written.before_qdq,
                                                       "validation": written.tolerances}
+    elif written.tolerances:  # int8 compute: each variant's tolerance and the padded dynamic graph's own move
+        manifest.reports["compile"]["validation"] = written.tolerances
     if settings.kv_policy.lossy:  # what the window costs against the full cache
         with progress.task("measuring the KV policy against the full cache"):
             tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
@@ -142,7 +144,7 @@ class _Written:
     simplify: dict[str, str] = field(default_factory=dict)
     sizes: dict[str, Any] = field(default_factory=dict)
     before_qdq: dict[str, Any] = field(default_factory=dict)  # variant -> readiness in MatMulInteger form
-    tolerances: dict[str, Any] = field(default_factory=dict)  # static-qdq: each variant's tolerance and basis
+    tolerances: dict[str, Any] = field(default_factory=dict)  # int8 compute: each variant's tolerance and basis
 
 
 def _compile_role(source: Bundle, manifest: Manifest, out: Path, role: str, cells: list[tuple[int, int]],
@@ -174,8 +176,9 @@ def _compile_role(source: Bundle, manifest: Manifest, out: Path, role: str, cell
                                     window=spec.decoder.window if spec.decoder else None, int8_compute=int8,
                                     logits_error=logits_error, form=form)
             written.validation[name] = check.worst
-            if check.format_error is not None:
-                written.tolerances[name] = {"tolerance": check.tolerance, "format_error": check.format_error}
+            if check.padding_error is not None or check.format_error is not None:
+                written.tolerances[name] = {"tolerance": check.tolerance, "format_error": check.format_error,
+                                            "padding_error": check.padding_error}
             written.simplify[name] = note
             inputs, outputs = describe_io(path)
             rows.append(BucketVariant(q, f"{BUCKET_DIR}/{name}.onnx", None, inputs, outputs, context=context))

@@ -61,6 +61,12 @@ def test_every_variant_is_static_and_loads(bundles) -> None:  # type: ignore[no-
     assert "not checked here" in readiness["target_q8_c32"]["providers"]["XNNPACK"]["status"]
 
 
+def test_float_variants_keep_the_strict_check(bundles) -> None:  # type: ignore[no-untyped-def]
+    report = bundles["compiled"].manifest.reports["compile"]
+    assert "validation" not in report  # no int8 rounding: no padded-graph term in the tolerance
+    assert max(report["max_abs_diff"].values()) <= 1e-5
+
+
 def test_onnx_variants_share_one_weights_file_per_role(bundles) -> None:  # type: ignore[no-untyped-def]
     compiled: Bundle = bundles["compiled"]
     table = compiled.manifest.buckets
