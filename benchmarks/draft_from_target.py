@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/draft_from_target.py OUT [--minutes 15] [--bench] [--steps N] [--size S [S ...]]
     .venv/bin/python benchmarks/draft_from_target.py OUT --size S [S ...] --reuse --bench --bench-sizes S
-    .venv/bin/python benchmarks/draft_from_target.py OUT --layers 2 --bench --bench-repeats 3
+    .venv/bin/python benchmarks/draft_from_target.py OUT --layers 2 [--heads H] [--ffn F] --bench --bench-repeats 3
 
 1. `benchmarks/realistic.py` builds the 61.5M-parameter target (the demo target grown to 24 layers;
    18 of them and most FFN channels compute but contribute nothing) with the demo draft;
@@ -106,6 +106,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="specdec draft's step count (a quick check)")
     parser.add_argument("--samples", type=int, default=None)
     parser.add_argument("--layers", type=int, default=None, help="specdec draft's --layers (default: its own)")
+    parser.add_argument("--heads", type=int, default=None, help="specdec draft's --heads (default: its own)")
+    parser.add_argument("--ffn", type=int, default=None, help="specdec draft's --ffn (default: its own)")
     parser.add_argument("--size", type=float, nargs="+", default=[None],
                         help="specdec draft's --size; several: one draft each (default: its own)")
     parser.add_argument("--bench", action="store_true", help="export and bench both pairs")
@@ -136,7 +138,8 @@ def main() -> None:
         started = time.time()
         options: dict[str, Any] = {k: v for k, v in {"minutes": args.minutes, "steps": args.steps,
                                                      "samples": args.samples, "size": size,
-                                                     "layers": args.layers}.items()
+                                                     "layers": args.layers, "heads": args.heads,
+                                                     "ffn": args.ffn}.items()
                                    if v is not None}
         result = make_draft(DraftConfig(target=str(target_dir), output=args.out / name, calib=calib, force=True,
                                         **options))
