@@ -67,7 +67,8 @@ class TuneConfig:
 
 def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
     prompts = load_bench_prompts(config.calib, codec, None)
-    # Without --calib: the last prompts of the default file, which `bench` (first N) does not measure.
+    # Without --calib: the last prompts of the default file, which `bench` (first N) does not measure; the file
+    # interleaves its scenarios, so they span all of them.
     chosen = prompts[:CALIBRATION_PROMPTS] if config.calib else prompts[-CALIBRATION_PROMPTS:]
     return [p.ids for p in chosen]
 

@@ -35,8 +35,11 @@ def demo(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 
 def _prompts(codec: TextCodec, every: int) -> list[list[int]]:
-    lines = PROMPTS.read_text().splitlines()[::every]
-    return [codec.encode(json.loads(line)["text"]) for line in lines]
+    """Every k-th prompt with the file's scenarios taken one after another, so any k spreads over them."""
+    records = [json.loads(line) for line in PROMPTS.read_text().splitlines()]
+    scenarios = list(dict.fromkeys(r["scenario"] for r in records))
+    records.sort(key=lambda r: (scenarios.index(r["scenario"]), r["id"]))
+    return [codec.encode(r["text"]) for r in records[::every]]
 
 
 def _mean_accepted(replies: list[Reply]) -> float:
