@@ -135,18 +135,18 @@ def validate_bucket(dynamic: Path, static: Path, *, q: int, capacity: int, dtype
         return max(relative(logits, want["logits"]), *(relative(new_entries[name], value[:, :, past:])
                                                       for name, value in want.items() if name.startswith("present.")))
 
-    worst = difference(got["logits"], {name: got[name.replace("present.", "new_key_values.")] for name in want
-                                       if name.startswith("present.")})
-    padding_error = None
-    if int8_compute:  # the dynamic graph over the variant's padded buffer: the same rows, a longer softmax
-        padded = dict(zip(dyn_names, dyn.run(dyn_names, {**sta_feeds, **dyn_op_feeds}), strict=True))
-        padding_error = difference(padded["logits"], {name: padded[name][:, :, capacity:] for name in want
-                                                      if name.startswith("present.")})
-    format_error = None
-    if form is not None:  # the same inputs through the dynamic graph in the variant's format
-        same = dict(zip(dyn_names, form.run(dyn_names, {**dyn_feeds, **dyn_op_feeds}), strict=True))
-        format_error = difference(same["logits"], {name: same[name][:, :, past:] for name in want
-                                                   if name.startswith("present.")})
+    presents = [name for name in want if name.startswith("present.")]
+
+    def dynamic_difference(session: Any, feeds: dict[str, np.ndarray], new_from: int) -> float:
+        """A dynamic-form graph on `feeds` against `want`; its new KV entries start at slot `new_from`."""
+        out = dict(zip(dyn_names, session.run(dyn_names, {**feeds, **dyn_op_feeds}), strict=True))
+        return difference(out["logits"], {name: out[name][:, :, new_from:] for name in presents})
+
+    worst = difference(got["logits"], {name: got[name.replace("present.", "new_key_values.")] for name in presents})
+    # int8 compute: the dynamic graph over the variant's padded buffer (the same rows, a longer softmax)
+    padding_error = dynamic_difference(dyn, sta_feeds, capacity) if int8_compute else None
+    # the same inputs through the dynamic graph in the variant's format
+    format_error = dynamic_difference(form, dyn_feeds, past) if form is not None else None
     compare_ops = not int8_compute or same_ranking(got["logits"], want["logits"])
     for name in ("accepted", "accepted_len", "next_token", "cand_ids", "keep") if compare_ops else ():
         if name in got and name in {o.name for o in dyn.get_outputs()}:
