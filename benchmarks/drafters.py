@@ -27,6 +27,7 @@ from pathlib import Path
 
 from common import demo_bundle, prompts, realistic_bundle
 
+from specdec.pipeline.prompts import CALIBRATION_PROMPTS
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.runtime.drafter import DRAFTER_NAMES
 from specdec.pipeline.runtime.engine import Engine
@@ -34,8 +35,6 @@ from specdec.pipeline.runtime.graph import SessionOptions
 from specdec.pipeline.runtime.stats import LOOKUP, SOURCES, Reply
 from specdec.pipeline.runtime.tune.measure import TuneSettings, apply_choice, tune
 from specdec.pipeline.text import TextCodec
-
-CALIBRATION_PROMPTS = 4
 
 PLAIN = "plain"
 

@@ -16,6 +16,10 @@ from specdec.pipeline.chat import Message, check_messages
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.text import TextCodec
 
+# Prompts tune calibrates on (bench's tune and `specdec tune` alike): without --calib, the last ones of the file,
+# which `bench --limit N` (the first N) does not measure.
+CALIBRATION_PROMPTS = 4
+
 
 @dataclass(frozen=True)
 class PromptItem:

@@ -24,7 +24,7 @@ from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_o
 from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.prompts import BenchPrompt, load_bench_prompts
+from specdec.pipeline.prompts import CALIBRATION_PROMPTS, BenchPrompt, load_bench_prompts
 from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import (
@@ -38,8 +38,6 @@ from specdec.pipeline.text import TextCodec
 from specdec.pipeline.tune import plans
 
 log = logging.getLogger(__name__)
-
-CALIBRATION_PROMPTS = 4
 
 
 @dataclass(frozen=True)

@@ -27,15 +27,13 @@ from specdec.pipeline.ondevice.orchestrate import ProgressSink, run_on_device
 from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.prompts import load_bench_prompts
+from specdec.pipeline.prompts import CALIBRATION_PROMPTS, load_bench_prompts
 from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.settings import run_settings
 from specdec.pipeline.text import TextCodec
 from specdec.pipeline.tune import plans
-
-CALIBRATION_PROMPTS = 4
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from specdec.pipeline.chain import PIPELINE_DEFAULTS
-from specdec.pipeline.prompts import default_prompts_file, load_prompts
-from specdec.pipeline.tune.stage import CALIBRATION_PROMPTS
+from specdec.pipeline.prompts import CALIBRATION_PROMPTS, default_prompts_file, load_prompts
 
 
 def test_measured_and_calibration_prompts_of_the_default_file_span_every_scenario() -> None:
