@@ -129,6 +129,19 @@ def test_exact_layout_keeps_chains_for_every_drafter(bundle_factory, drafter: st
             assert stats.order_depths == list(range(1, stats.tree_size))
 
 
+def test_exact_layout_drafts_its_chain_to_the_budget(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    """A chain takes one child per level, so siblings outscoring its deeper nodes must not stop it short."""
+    engine = Engine(bundle_factory("llama").path)
+    settings = {"tree_budget": 7, "depth": 6, "width": 1}
+    for prompt in _prompts(3, engine.vocab, seed=2):
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=40, speculative=False, exact_layout=True))
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=40, exact_layout=True, **settings))
+        assert spec.output_ids == plain.output_ids
+        sizes = [r.tree_size for r in spec.speculative_rounds]
+        assert sizes and all(size <= 7 for size in sizes)
+        assert sorted(sizes)[len(sizes) // 2] == 7, sizes  # most rounds verify the whole chain
+
+
 def test_lookup_rounds_record_sources_and_slices(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
     prompt = _copying_prompts(engine, 1, seed=8)[0]
