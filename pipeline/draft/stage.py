@@ -94,8 +94,9 @@ DEFAULT_MINUTES = 15.0
 # chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS.md, "specdec draft: smaller
 # sizes against the demo draft"): 0.1 keeps all 4 of its working layers (agreement 0.85-1.0 with
 # the target; faster than the demo draft in 6 of 6 turns, float and w8a8: "specdec draft with its
-# defaults against the demo draft", 2026-12-04); 0.03 (2 layers) and 0.02 (1 layer) agreed 0.58 and 0.38 after the same 8-minute
-# budget, below the demo draft's 0.64, so a shallower default drafts worse than the demo draft
+# defaults against the demo draft", 2026-12-04); 0.03 (2 layers) and 0.02 (1 layer) agreed 0.58
+# and 0.38 after the same 8-minute budget, below the demo draft's 0.64, so a shallower default
+# drafts worse than the demo draft
 DEFAULT_SIZE = 0.1
 END_MARGIN = 0.05  # of the budget, kept for saving the draft
 IMPORTANCE_BATCH = 4  # probe rows a pass (pruning.measure)
