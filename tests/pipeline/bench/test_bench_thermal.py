@@ -52,11 +52,13 @@ def test_thermal_transitions_are_recorded(adb_environ, make_standin, bench_bundl
     profile = tmp_path / "hot.yaml"
     profile.write_text(HOT_PROFILE)
     device = make_standin(python=sys.executable, thermal_zones={"cpu0": 52000, "battery": 30000})
-    # 18 measured replies: too hot to speculate after 2, cool again after 8
-    heat = HeatSchedule(device, {2: 65000, 8: 35000})
+    # 36 measured replies: too hot to speculate after 2, cool again after 14. The controller reads the
+    # sensor at most every 0.1 s and a plain reply of this tiny pair takes ~6 ms on a fast CPU, so each
+    # temperature has to last a dozen replies to be read (18 replies of 64 tokens were too few)
+    heat = HeatSchedule(device, {2: 65000, 14: 35000})
     heat.start()
     config = BenchConfig(output=tmp_path / "out", device=Transport.adb, serial=device.serial, profile=str(profile),
-                         prompts=prompts_file, limit=3, repeats=3, max_new_tokens=64, python="python3",
+                         prompts=prompts_file, limit=3, repeats=6, max_new_tokens=96, python="python3",
                          controllers=("thermal", "fallback"), tune=False)
     try:
         outcome = run_bench(config, bench_bundle)
