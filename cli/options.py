@@ -143,8 +143,9 @@ LookupMinNgram = Annotated[int | None, typer.Option(
     "--lookup-min-ngram", help="Shortest context suffix prompt lookup matches (default 1).")]
 ExactLayout = Annotated[bool | None, typer.Option(
     "--exact-layout/--tree-layout",
-    help="Exact layout: chains only and no single-row calls, so every token is computed bitwise as in plain "
-         "decoding (default: on for int8-compute bundles, else trees).")]
+    help="Exact layout: chains only and no single-row calls (unless the target computes one row exactly, as "
+         "fused w8a8 ones do), so every token is computed bitwise as in plain decoding (default: on for "
+         "int8-compute bundles, else trees).")]
 Controllers = Annotated[str | None, typer.Option(
     "--controllers", help=f"Adaptive controllers: all, none, or a comma list of {','.join(CONTROLLER_NAMES)} "
                           "(default: bench fallback,thermal,power; generate none).")]

@@ -145,6 +145,11 @@ class Engine:
             self._processor_cache = ProcessorCache(self.info.tokenizer_dir / "tokenizer.json", self.vocab)
         return build(config, self._processor_cache)
 
+    def root_rows(self, config: DecodeConfig) -> int:
+        """Rows of a call on the root alone: the exact layout pads it to two, unless the target
+        computes a single row bitwise as any row of a larger call (a fused w8a8 target)."""
+        return 2 if config.exact_layout and not self.target.single_row_exact else 1
+
     def drafter_for(self, config: DecodeConfig) -> Drafter:
         """The drafter `config.drafter` names; BundleError if it needs a draft graph this bundle lacks."""
         return DRAFTERS[config.drafter](self.drafter, config)
@@ -159,7 +164,7 @@ class Engine:
         start = time.perf_counter_ns()
         target = self.target
         target.reset()
-        fed = [*ids, 0] if config.exact_layout and len(ids) == 1 else ids  # never a single row (exact layout)
+        fed = [*ids, 0] if len(ids) < self.root_rows(config) else ids  # never a single row (exact layout)
         logits, _ = target.forward(np.array(fed), np.arange(len(fed)), no_scratch(len(fed)), causal(len(fed)))
         assert logits is not None
         target.commit(np.arange(len(ids)))
@@ -230,7 +235,7 @@ class Engine:
         """One target call on the root alone, committed: a plain step, or a round with nothing drafted."""
         clock = StageClock(stats)
         target = self.target
-        rows = 2 if config.exact_layout else 1  # the exact layout never calls with a single row
+        rows = self.root_rows(config)
         constraints = self._constraints
         if (self._greedy_root_step is not None and config.effective_mode is VerifyMode.greedy
                 and constraints is None):

@@ -24,7 +24,7 @@ from specdec.pipeline.errors import GenerationError, setting
 from specdec.pipeline.records.kv_policy import KVDtype, KVPolicy
 from specdec.pipeline.runtime.chunked import is_causal, kept_past_chunks, visible_past_chunks
 from specdec.pipeline.runtime.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
-from specdec.pipeline.runtime.fused_kv import LayerGroup
+from specdec.pipeline.runtime.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY, LayerGroup
 from specdec.pipeline.runtime.graph import OP_INPUT_NAMES, SessionOptions, make_session
 from specdec.pipeline.runtime.manifest import GraphInfo
 from specdec.pipeline.runtime.masks import hide_beyond_window
@@ -48,6 +48,9 @@ class FusedRunner:
         self.outputs = {o.name for o in self.session.get_outputs()}
         self.has_prune = "cand_ids" in self.outputs
         self.has_verify = "next_token" in self.outputs
+        metadata = self.session.get_modelmeta().custom_metadata_map  # kept by the ORT format too
+        self.single_row_exact = metadata.get(SINGLE_ROW_EXACT_KEY) == "1"
+        spare_rows = 1 if metadata.get(PAD_ROW_KEY) == "1" else 0  # the row the attention pad row writes
         self.op_inputs = [name for name in inputs if name in OP_INPUT_NAMES]
         self.dtype = np.dtype(info.dtype)
         self.mask_min = float(np.finfo(self.dtype).min)
@@ -60,7 +63,7 @@ class FusedRunner:
             group = LayerGroup.make([i for i, w in enumerate(windows) if w == window],
                                     policy.window if bounded else window, capacity, info.num_kv_heads,
                                     info.head_dim, self.kv_dtype, sinks=policy.sinks if bounded else 0,
-                                    prefix="" if window is None else "sliding_")
+                                    prefix="" if window is None else "sliding_", spare_rows=spare_rows)
             if group.bias not in inputs:
                 raise GenerationError(f"the fused {info.role} graph has no input '{group.bias}' for its layers "
                                       f"{group.layers}", "re-run `specdec compile` with this specdec version")

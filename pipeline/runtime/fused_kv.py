@@ -35,6 +35,15 @@ from typing import Any
 
 import numpy as np
 
+# Metadata of a fused graph (compile/fused/builder.py) its runner reads:
+# GroupQueryAttention sees a call's rows and one zero pad row after them, so onnxruntime's
+# single-row attention path (a GEMV whose sums differ in the last bits) is never taken; the pad
+# row's key and value land in the row after the call's, so every KV buffer holds one spare row.
+PAD_ROW_KEY = "specdec.attention_pad_row"
+# Every op of the graph computes a row bitwise alike whatever rows share the call, a single row
+# included (w8a8 matmuls and the pad row): plain steps need no pad row in the exact layout.
+SINGLE_ROW_EXACT_KEY = "specdec.single_row_exact"
+
 # Rows beyond the window a windowed buffer holds for the rounds between moves (draft levels, a
 # tree, their scratch); a longer causal call (a prompt) is fed in chunks, anything else grows it.
 ROUND_ROWS = 64
@@ -56,14 +65,16 @@ class LayerGroup:
     values: list[Any] = field(default_factory=list)  # the OrtValues over `buffers`
     base: int = 0  # windowed: the first committed slot after the sinks still held
     sinks: int = 0  # windowed: slots 0 … sinks - 1 stay in rows 0 … sinks - 1 (a window KV policy)
+    spare_rows: int = 0  # rows after `capacity` the graph writes into (PAD_ROW_KEY), never a slot
 
     @classmethod
     def make(cls, layers: list[int], window: int | None, capacity: int, kv_heads: int, head_dim: int,
-             dtype: np.dtype, sinks: int = 0, prefix: str | None = None) -> LayerGroup:
+             dtype: np.dtype, sinks: int = 0, prefix: str | None = None, spare_rows: int = 0) -> LayerGroup:
         size = capacity if window is None else window_capacity(window, capacity, sinks)
         if prefix is None:
             prefix = "" if window is None else "sliding_"
-        group = cls(layers, window, size, (kv_heads, size, head_dim), dtype, prefix, sinks=sinks)
+        group = cls(layers, window, size, (kv_heads, size, head_dim), dtype, prefix, sinks=sinks,
+                    spare_rows=spare_rows)
         group.allocate(size)
         return group
 
@@ -74,7 +85,9 @@ class LayerGroup:
         old = self.buffers
         self.capacity = size
         self.shape = (self.shape[0], size, self.shape[2])
-        self.buffers = [np.zeros((1, *self.shape), self.dtype) for _ in range(2 * len(self.layers))]
+        rows = size + self.spare_rows
+        self.buffers = [np.zeros((1, self.shape[0], rows, self.shape[2]), self.dtype)
+                        for _ in range(2 * len(self.layers))]
         for new, previous in zip(self.buffers, old, strict=False):
             new[:, :, :keep_rows] = previous[:, :, :keep_rows]
         self.values = [ort.OrtValue.ortvalue_from_numpy(buffer) for buffer in self.buffers]

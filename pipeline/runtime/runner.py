@@ -27,6 +27,9 @@ class Runner(Protocol):
     kv_dtype: np.dtype  # of the KV rows (int8 under an int8 KV policy)
     has_prune: bool
     has_verify: bool
+    # a call of one row computes bitwise as a row of a larger call (fused w8a8 targets): the exact
+    # layout then needs no pad row
+    single_row_exact: bool
     last_bytes_out: int
 
     @property
@@ -114,6 +117,7 @@ class DynamicRunner:
         self.dtype = self.graph.dtype
         self.kv_dtype = self.dtype
         self.has_prune = self.graph.has_prune
+        self.single_row_exact = False
         self.has_verify = self.graph.has_verify
         self.kv = KVCache(info)
         self._scratch_positions = np.zeros(0, np.int64)

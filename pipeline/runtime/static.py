@@ -95,6 +95,7 @@ class StaticRunner:
         self.context_moves = 0  # moves to a larger bucket, summed over calls
         probe = self._bucket(*min(self._files))
         self.has_prune = "cand_ids" in probe.arrays
+        self.single_row_exact = False
         self.has_verify = "next_token" in probe.arrays
         self._length = 0
         self._scratch = 0

@@ -34,7 +34,9 @@ Contract (both roles):
           [1, kv_heads, past, d]
   outputs logits [1, q, vocab]; present.{i}.key|value [1, kv_heads, present, d]
 Bound to one buffer per layer (past and present the same memory) GQA writes the q new rows at
-`total - q … total - 1` in place and `present` is the buffer itself; fed an exact-length past
+`total - q … total - 1` in place and `present` is the buffer itself (with the pad row of a w8a8
+target, `build_decoder(attention_pad_row=True)`, GQA also writes a zero row at `total`: the
+buffer needs one spare row); fed an exact-length past
 without IO binding it behaves like the dynamic graph (`present` = past + new).
 """
 
@@ -51,6 +53,7 @@ from specdec.pipeline.compile.fused.weights import DecoderLayer, DecoderWeights,
 from specdec.pipeline.errors import UnsupportedModelError
 from specdec.pipeline.graph_query import MS_DOMAIN
 from specdec.pipeline.records.decoder import Activation, Decoder, NormStyle, Rope
+from specdec.pipeline.runtime.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY
 
 _ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
 
@@ -213,7 +216,10 @@ class _Decoder:
     # sees them at float16, so speculation would not equal plain decoding. In float16 throughout,
     # every row is seen as it is stored.
     half: bool = False
+    # GroupQueryAttention sees one row more than the call (ATTENTION_PAD_ROW below)
+    pad_row: bool = False
     _half_inputs: dict[str, str] = field(default_factory=dict)  # float32 graph input or table -> its float16 twin
+    _padded_inputs: dict[str, str] = field(default_factory=dict)  # graph input -> its one-row-longer twin
 
     def to_half(self, name: str, base: str) -> str:
         """`name` cast to float16; graph inputs and tables (shared by the layers) once."""
@@ -233,6 +239,35 @@ class _Decoder:
     @property
     def record(self) -> Decoder:
         return self.weights.decoder
+
+    def pad_rows(self, name: str, rank: int, base: str) -> str:
+        """`name` with one zero row appended on axis 1 (a call's rows), and for a rank-4 attention
+        bias one zero row and column; graph inputs (shared by the layers) once."""
+        if not name or name in self._padded_inputs:
+            return self._padded_inputs.get(name, name)
+        pads = f"#pads{rank}"
+        if pads not in self._padded_inputs:
+            after = [0, 1, 0] if rank == 3 else [0, 1] if rank == 2 else [0, 0, 1, 1]
+            self._padded_inputs[pads] = self.emit.const(f"pad_row.rank{rank}", np.array([0] * rank + after, np.int64))
+        padded = self.emit.node("Pad", [name, self._padded_inputs[pads]], 1, f"{base}/pad_row")[0]
+        if not base.startswith("layers."):
+            self._padded_inputs[name] = padded
+        return padded
+
+    def plus_one(self, name: str) -> str:
+        """A GroupQueryAttention length input (int32) one row longer, once per graph input."""
+        if name not in self._padded_inputs:
+            one = self.emit.const(f"{name}.one", np.array(1, np.int32))
+            self._padded_inputs[name] = self.emit.node("Add", [name, one], 1, f"{name}/plus_pad_row")[0]
+        return self._padded_inputs[name]
+
+    def drop_pad_row(self, attended: str, base: str) -> str:
+        if "#rows" not in self._padded_inputs:
+            self._padded_inputs["#rows"] = ",".join(
+                self.emit.const(f"pad_row.{tag}", np.array([value], np.int64))
+                for tag, value in (("rows_from", 0), ("rows_to", -1), ("rows_axis", 1)))
+        return self.emit.node("Slice", [attended, *self._padded_inputs["#rows"].split(",")], 1,
+                              f"{base}/drop_pad_row")[0]
 
     def norm(self, x: str, scale: np.ndarray, base: str) -> str:
         weight = self.emit.float_const(f"{base}.weight", scale)
@@ -293,13 +328,21 @@ class _Decoder:
         if self.half:
             inputs = [self.to_half(name, f"{base}/{tag}") for name, tag in zip(inputs, ("q", "k", "v"), strict=True)]
             cos, sin, bias = self.to_half(cos, cos), self.to_half(sin, sin), self.to_half(bias, bias)
+        positions = "position_ids" if rope is not None else ""
+        if self.pad_row:
+            inputs = [self.pad_rows(name, 3, f"{base}/{tag}")
+                      for name, tag in zip(inputs, ("q", "k", "v"), strict=True)]
+            bias, positions = self.pad_rows(bias, 4, bias), self.pad_rows(positions, 2, positions)
+            seqlens, total = self.plus_one(seqlens), self.plus_one(total)
         gqa_inputs = [*inputs, f"past_key_values.{index}.key", f"past_key_values.{index}.value", seqlens, total, cos,
-                      sin, "position_ids" if rope is not None else "", bias, *quantized]
+                      sin, positions, bias, *quantized]
         attended = emit.node(
             "GroupQueryAttention", gqa_inputs,
             [emit.name(f"{base}/attn_out"), f"present.{index}.key", f"present.{index}.value"], f"{base}/attn",
             domain=MS_DOMAIN, **attrs,
         )[0]
+        if self.pad_row:  # the pad row's output is dropped; its key and value sit in the buffer's spare row
+            attended = self.drop_pad_row(attended, base)
         if self.half:
             attended = emit.node("Cast", [attended], 1, f"{base}/attn_out_float", to=TensorProto.FLOAT)[0]
         return emit.linear(attended, layer.o, f"{base}/o_proj")
@@ -343,12 +386,24 @@ def _embed(emit: _Emitter, weights: DecoderWeights) -> str:
     return hidden
 
 
+def row_exact_linears(weights: DecoderWeights) -> bool:
+    """Whether every linear of the decoder is w8a8 (int8_matmul): per-row activation scales and
+    integer sums make a row's output the same in a call of any size, a single row included."""
+    linears = [weights.head]
+    for layer in weights.layers:
+        linears += [getattr(layer, name) for name in ("qkv", "q", "k", "v", "o", "gate_up", "gate", "up", "down")]
+    present = [linear for linear in linears if linear is not None]
+    return bool(present) and all(linear.int8 is not None for linear in present)
+
+
 def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18,
                   kv_scales: list[tuple[np.ndarray, np.ndarray]] | None = None,
-                  half_kv: bool = False) -> onnx.ModelProto:
+                  half_kv: bool = False, attention_pad_row: bool = False) -> onnx.ModelProto:
     """The fused graph of `weights` under the contract in this module's docstring; with `kv_scales`
     (per layer: key and value scales [kv_heads, 1, head_dim]) its KV buffers are int8, with
-    `half_kv` float16 (a float32 graph's attention then runs in float16)."""
+    `half_kv` float16 (a float32 graph's attention then runs in float16). With `attention_pad_row`
+    GroupQueryAttention never runs a single row (runtime/fused_kv.py, PAD_ROW_KEY): what makes a
+    w8a8 target's one-row plain steps bitwise equal to its chain rows."""
     record = weights.decoder
     reason = fused_blocker(record, weights.head_dim)
     if reason is not None:
@@ -362,7 +417,7 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
         cos, sin = _rotary_caches(rope, max_positions, weights.dtype)
         ropes[name] = (emit.const(f"cos_cache.{name}", cos), emit.const(f"sin_cache.{name}", sin))
     half = half_kv and elem != TensorProto.FLOAT16  # a float16 graph's cache is float16 already
-    decoder = _Decoder(emit, weights, ropes, kv_scales, half)
+    decoder = _Decoder(emit, weights, ropes, kv_scales, half, pad_row=attention_pad_row)
     kv_elem = TensorProto.INT8 if kv_scales is not None else TensorProto.FLOAT16 if half_kv else elem
     hidden = _embed(emit, weights)
     branch: str | None = None  # the last sublayer's output, still to be added to `hidden`
@@ -403,4 +458,7 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS_DOMAIN, 1)],
                               producer_name="specdec")
     model.ir_version = min(model.ir_version, 10)
+    if attention_pad_row:
+        single_row = row_exact_linears(weights)
+        helper.set_model_props(model, {PAD_ROW_KEY: "1", SINGLE_ROW_EXACT_KEY: "1" if single_row else "0"})
     return model

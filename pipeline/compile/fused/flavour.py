@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from specdec.pipeline.bundle import Bundle, Manifest
 from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
-from specdec.pipeline.compile.fused.builder import build_decoder
+from specdec.pipeline.compile.fused.builder import build_decoder, row_exact_linears
 from specdec.pipeline.compile.fused.kv_int8 import calibrate_scales
 from specdec.pipeline.compile.fused.validate import format_logits_error, validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
@@ -49,8 +49,11 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
 
 def _build(weights: Any, role: str, custom: Any, positions: int,
            kv_scales: list[tuple[Any, Any]] | None = None, half_kv: bool = False) -> onnx.ModelProto:
-    """The fused graph of `role` with the op surgery put after the logits, after the new logits."""
-    model = build_decoder(weights, max_positions=positions, kv_scales=kv_scales, half_kv=half_kv)
+    """The fused graph of `role` with the op surgery put after the logits, after the new logits. A
+    w8a8 target's attention gets the pad row that makes its single-row calls exact (builder.py)."""
+    pad_row = role == "target" and row_exact_linears(weights)
+    model = build_decoder(weights, max_positions=positions, kv_scales=kv_scales, half_kv=half_kv,
+                          attention_pad_row=pad_row)
     if custom is not None:
         reinsert(model, role, custom.op, custom.attributes, f"the fused {role} graph")
     return model

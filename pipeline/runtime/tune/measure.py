@@ -241,8 +241,8 @@ def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, set
         rounds = [calibration_round(r) for prompt in prompts for r in engine.generate(prompt, wide).speculative_rounds]
         calibrations.append(Calibration(spec.drafter.value, spec.width, max_budget, settings.max_depth, tuple(rounds),
                                         spec.lookup_ngrams))
-    # a lone root still costs two rows in the exact layout (a plain step's padding)
-    plan = plan_tree(calibrations, verify, plain_ms, budgets=budgets, min_rows=2 if base.exact_layout else 1)
+    # a lone root costs two rows in the exact layout unless the target computes a single row exactly
+    plan = plan_tree(calibrations, verify, plain_ms, budgets=budgets, min_rows=engine.root_rows(base))
     confirmed = None
     if plan.choice.speculative and settings.confirm_repeats > 0:
         step("confirming the plan against plain decoding")

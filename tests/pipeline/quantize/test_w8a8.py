@@ -139,3 +139,21 @@ def test_npu_flavour_carries_it_and_speculation_equals_plain(w8a8, tmp_path: Pat
         plain = engine.generate(prompt, DecodeConfig(max_new_tokens=12, speculative=False, exact_layout=True))
         assert engine.generate(prompt, DecodeConfig(max_new_tokens=12, exact_layout=True)).output_ids == \
             plain.output_ids
+
+
+def test_fused_target_computes_a_single_row_exactly(w8a8) -> None:  # type: ignore[no-untyped-def]
+    """The attention pad row: plain steps of one row equal chain rows bit for bit, so the exact layout pads nothing."""
+    _, _, fused = w8a8
+    assert fused.manifest.reports["compile"]["invariance"]["single_row"]
+    engine = Engine(fused.path)
+    assert engine.target.single_row_exact and not engine.drafter.runner.single_row_exact  # type: ignore[union-attr]
+    exact = DecodeConfig(max_new_tokens=20, exact_layout=True)
+    assert engine.root_rows(exact) == 1
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        prompt = rng.integers(1, engine.vocab, size=int(rng.integers(1, 12))).tolist()
+        one_row = engine.generate(prompt, replace(exact, speculative=False))
+        engine.target.single_row_exact = False  # type: ignore[misc]  # the padded steps, as before the pad row
+        padded = engine.generate(prompt, replace(exact, speculative=False))
+        engine.target.single_row_exact = True  # type: ignore[misc]
+        assert one_row.output_ids == padded.output_ids == engine.generate(prompt, exact).output_ids
