@@ -216,10 +216,12 @@ class _Decoder:
     # sees them at float16, so speculation would not equal plain decoding. In float16 throughout,
     # every row is seen as it is stored.
     half: bool = False
-    # GroupQueryAttention sees one row more than the call (ATTENTION_PAD_ROW below)
+    # GroupQueryAttention sees one row more than the call (runtime/fused_kv.py, PAD_ROW_KEY)
     pad_row: bool = False
     _half_inputs: dict[str, str] = field(default_factory=dict)  # float32 graph input or table -> its float16 twin
     _padded_inputs: dict[str, str] = field(default_factory=dict)  # graph input -> its one-row-longer twin
+    _pads: dict[int, str] = field(default_factory=dict)  # tensor rank -> Pad's `pads` initializer
+    _drop_row: list[str] = field(default_factory=list)  # Slice's starts, ends, axes dropping the pad row
 
     def to_half(self, name: str, base: str) -> str:
         """`name` cast to float16; graph inputs and tables (shared by the layers) once."""
@@ -241,15 +243,14 @@ class _Decoder:
         return self.weights.decoder
 
     def pad_rows(self, name: str, rank: int, base: str) -> str:
-        """`name` with one zero row appended on axis 1 (a call's rows), and for a rank-4 attention
-        bias one zero row and column; graph inputs (shared by the layers) once."""
+        """`name` with one zero row appended on axis 1 (a call's rows) — for the rank-4 attention
+        bias on axis 2, with a zero column too; graph inputs (shared by the layers) once."""
         if not name or name in self._padded_inputs:
             return self._padded_inputs.get(name, name)
-        pads = f"#pads{rank}"
-        if pads not in self._padded_inputs:
-            after = [0, 1, 0] if rank == 3 else [0, 1] if rank == 2 else [0, 0, 1, 1]
-            self._padded_inputs[pads] = self.emit.const(f"pad_row.rank{rank}", np.array([0] * rank + after, np.int64))
-        padded = self.emit.node("Pad", [name, self._padded_inputs[pads]], 1, f"{base}/pad_row")[0]
+        if rank not in self._pads:
+            after = {2: [0, 1], 3: [0, 1, 0], 4: [0, 0, 1, 1]}[rank]
+            self._pads[rank] = self.emit.const(f"pad_row.rank{rank}", np.array([0] * rank + after, np.int64))
+        padded = self.emit.node("Pad", [name, self._pads[rank]], 1, f"{base}/pad_row")[0]
         if not base.startswith("layers."):
             self._padded_inputs[name] = padded
         return padded
@@ -262,12 +263,11 @@ class _Decoder:
         return self._padded_inputs[name]
 
     def drop_pad_row(self, attended: str, base: str) -> str:
-        if "#rows" not in self._padded_inputs:
-            self._padded_inputs["#rows"] = ",".join(
-                self.emit.const(f"pad_row.{tag}", np.array([value], np.int64))
-                for tag, value in (("rows_from", 0), ("rows_to", -1), ("rows_axis", 1)))
-        return self.emit.node("Slice", [attended, *self._padded_inputs["#rows"].split(",")], 1,
-                              f"{base}/drop_pad_row")[0]
+        """GroupQueryAttention's output [1, q + 1, width] without the pad row's."""
+        if not self._drop_row:
+            self._drop_row = [self.emit.const(f"pad_row.{tag}", np.array([value], np.int64))
+                              for tag, value in (("rows_from", 0), ("rows_to", -1), ("rows_axis", 1))]
+        return self.emit.node("Slice", [attended, *self._drop_row], 1, f"{base}/drop_pad_row")[0]
 
     def norm(self, x: str, scale: np.ndarray, base: str) -> str:
         weight = self.emit.float_const(f"{base}.weight", scale)
