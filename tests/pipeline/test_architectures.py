@@ -126,6 +126,23 @@ def test_end_to_end_greedy_equals_hugging_face(built, arch: str, tmp_path: Path)
     assert outcome.results.lossless.checked and outcome.results.lossless.equal
 
 
+@pytest.mark.parametrize("arch", NEW_ARCHS)
+def test_w8a8_plain_steps_of_one_row_equal_speculation(bundle_factory, arch: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The fused w8a8 target's attention pad row on every new layout (q/k norms, windowed layers,
+    partial rotary, NoPE layers): plain steps of one row, bitwise the chain rows speculation verifies."""
+    quantized = quantize_bundle(QuantizeConfig(output=tmp_path / "w8a8", format="w8a8", **QUANTIZE),
+                                bundle_factory(arch, **PAIRS[arch]))
+    cpu = compile_bundle(CompileConfig(output=tmp_path / "cpu", target=GraphFlavour.cpu, max_context=MAX_CONTEXT,
+                                       format=OutputFormat.onnx), quantized)
+    assert cpu.manifest.reports["compile"]["invariance"]["single_row"]
+    engine = Engine(cpu.path)
+    exact = DecodeConfig(max_new_tokens=NEW_TOKENS, exact_layout=True)
+    assert engine.target.single_row_exact and engine.root_rows(exact) == 1
+    for prompt in _prompts(3, engine.vocab):  # replies run past the 16-token windows
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=NEW_TOKENS, speculative=False, exact_layout=True))
+        assert engine.generate(prompt, exact).output_ids == plain.output_ids, prompt
+
+
 def test_windowed_layers_hold_about_their_window(built, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The fused runner's windowed layers keep ~2 windows of rows, not the context: a long prompt is
     fed in chunks, rows nobody can see are dropped as rounds go, a round too large grows the buffer;
