@@ -33,6 +33,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from specdec.pipeline.graph_query import MS_DOMAIN
+
 ACTIVATION_ZERO_POINT = 128
 ACTIVATION_MAX = 127
 # weight bits -> largest |code|; 7 bits is safe on every CPU, 8 bits needs VNNI or arm64 (docstring)
@@ -99,11 +101,19 @@ def reference(x: np.ndarray, weight: Int8Columns) -> np.ndarray:
 
 
 def emit(x: str, out: str, weight: Int8Columns, prefix: str, name: Callable[[str], str],
-         bias: str | None = None) -> tuple[list[onnx.NodeProto], list[TensorProto]]:
+         bias: str | None = None, contrib: bool = False) -> tuple[list[onnx.NodeProto], list[TensorProto]]:
     """Nodes and initializers computing `out = x @ W (+ bias)` in the w8a8 format.
 
     `name(base)` returns a name unused in the target graph (the caller's namer); the int8 codes are
     the initializer `{prefix}.qweight8` and the column scales `{prefix}.column_scales` (read()).
+
+    `contrib` (the fused cpu flavour, onnxruntime only): the same values bit for bit in three nodes
+    fewer. `QuantizeLinear` with step 1 and zero point 128 is Round, Add and Cast in one (both round
+    half to even; the codes are in range), and com.microsoft `MatMulIntegerToFloat` with both scales 1
+    is MatMulInteger and the Cast (an int32 sum times 1.0 is exact): per-row rescaling stays in the
+    graph because that op takes one scale per tensor (its per-row use is what `read()` documents).
+    A plain step runs ~200 fewer nodes on a 16-layer target. The portable graph keeps the standard
+    form: other runtimes may lack the contrib op.
     """
     inits = [numpy_helper.from_array(weight.codes, name(f"{prefix}.qweight8")),
              numpy_helper.from_array(weight.scales.astype(np.float32), name(f"{prefix}.column_scales")),
@@ -124,10 +134,19 @@ def emit(x: str, out: str, weight: Int8Columns, prefix: str, name: Callable[[str
 
     peak = node("ReduceMax", [node("Abs", [x], "abs"), axis], "row_max", keepdims=1)
     row = node("Max", [node("Div", [peak, act_max], "row_scale_raw"), tiny], "row_scale")
-    shifted = node("Add", [node("Round", [node("Div", [x, row], "scaled")], "rounded"), zp_float], "shifted")
-    quantized = node("Cast", [shifted], "x_uint8", to=TensorProto.UINT8)
-    acc = node("MatMulInteger", [quantized, codes, zp], "acc_int32")
-    rescaled = node("Mul", [node("Cast", [acc], "acc_float", to=TensorProto.FLOAT), row], "row_rescaled")
+    scaled = node("Div", [x, row], "scaled")
+    if contrib:
+        inits.append(numpy_helper.from_array(np.array(1.0, np.float32), name(f"{prefix}.unit_scale")))
+        unit = inits[-1].name
+        quantized = node("QuantizeLinear", [scaled, unit, zp], "x_uint8")
+        acc_float = node("MatMulIntegerToFloat", [quantized, codes, unit, unit, zp], "acc_float")
+        nodes[-1].domain = MS_DOMAIN
+    else:
+        shifted = node("Add", [node("Round", [scaled], "rounded"), zp_float], "shifted")
+        quantized = node("Cast", [shifted], "x_uint8", to=TensorProto.UINT8)
+        acc = node("MatMulInteger", [quantized, codes, zp], "acc_int32")
+        acc_float = node("Cast", [acc], "acc_float", to=TensorProto.FLOAT)
+    rescaled = node("Mul", [acc_float, row], "row_rescaled")
     node("Mul", [rescaled, scales], "out" if bias is None else "product")
     if bias is not None:
         nodes.append(helper.make_node("Add", [nodes[-1].output[0], bias], [out], name=name(f"{prefix}/bias_node")))

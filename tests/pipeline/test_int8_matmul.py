@@ -12,7 +12,8 @@ from specdec.pipeline.graph_query import unique_name
 from specdec.pipeline.runtime.int8_range import x86_without_vnni
 
 
-def _session(weight: int8_matmul.Int8Columns, bias: np.ndarray | None = None):  # type: ignore[no-untyped-def]
+def _session(weight: int8_matmul.Int8Columns, bias: np.ndarray | None = None,  # type: ignore[no-untyped-def]
+             contrib: bool = False):
     import onnxruntime as ort
 
     taken: set[str] = {"x", "y"}
@@ -21,20 +22,24 @@ def _session(weight: int8_matmul.Int8Columns, bias: np.ndarray | None = None):  
     if bias is not None:
         inits.append(onnx.numpy_helper.from_array(bias, "bias"))
         bias_name = "bias"
-    nodes, more = int8_matmul.emit("x", "y", weight, "layer", lambda base: unique_name(base, taken), bias=bias_name)
+    nodes, more = int8_matmul.emit("x", "y", weight, "layer", lambda base: unique_name(base, taken), bias=bias_name,
+                                   contrib=contrib)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "q", weight.K])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "q", weight.N])
     graph = helper.make_graph(nodes, "w8a8", [x], [y], inits + more)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    opsets = [helper.make_opsetid("", 18)] + ([helper.make_opsetid("com.microsoft", 1)] if contrib else [])
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 9
-    onnx.checker.check_model(model, full_check=True)
+    if not contrib:  # onnx has no schema for onnxruntime's contrib ops
+        onnx.checker.check_model(model, full_check=True)
     options = ort.SessionOptions()
     options.intra_op_num_threads = 2
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]), model
 
 
+@pytest.mark.parametrize("contrib", [False, True], ids=["standard", "contrib"])
 @pytest.mark.parametrize("bits", [7, 8])
-def test_graph_equals_reference_bitwise_and_is_close_to_float(bits: int) -> None:
+def test_graph_equals_reference_bitwise_and_is_close_to_float(bits: int, contrib: bool) -> None:
     if bits == 8 and x86_without_vnni():
         pytest.skip("8-bit weights saturate AVX2's int16 pair sums on x86 without VNNI; the runtime refuses them "
                     "here (tests/pipeline/quantize/test_w8a8.py::test_cli_and_inspect checks the refusal)")
@@ -42,7 +47,7 @@ def test_graph_equals_reference_bitwise_and_is_close_to_float(bits: int) -> None
     weight = (rng.standard_normal((256, 96)) * 0.05).astype(np.float32)
     columns = int8_matmul.quantize_columns(weight, bits)
     assert int(np.abs(columns.codes.astype(np.int16)).max()) == int8_matmul.WEIGHT_MAX[bits]
-    session, _ = _session(columns)
+    session, _ = _session(columns, contrib=contrib)
     x = rng.standard_normal((1, 40, 256)).astype(np.float32)
     x[0, 3] = 0.0  # an all-zero row: scale falls back to `tiny`, output exactly 0
     got = session.run(None, {"x": x})[0]
@@ -52,11 +57,12 @@ def test_graph_equals_reference_bitwise_and_is_close_to_float(bits: int) -> None
     assert np.abs(got - exact).max() / np.abs(exact).max() < (0.03 if bits == 7 else 0.015)
 
 
-def test_a_row_alone_equals_the_same_row_in_any_batch() -> None:
+@pytest.mark.parametrize("contrib", [False, True], ids=["standard", "contrib"])
+def test_a_row_alone_equals_the_same_row_in_any_batch(contrib: bool) -> None:
     """Row invariance, bitwise: random rows alone vs inside calls of 2..64 rows in random order."""
     rng = np.random.default_rng(0)
     columns = int8_matmul.quantize_columns((rng.standard_normal((512, 384)) * 0.02).astype(np.float32), 7)
-    session, _ = _session(columns, bias=rng.standard_normal(384).astype(np.float32))
+    session, _ = _session(columns, bias=rng.standard_normal(384).astype(np.float32), contrib=contrib)
     rows = (rng.standard_normal((64, 512)) * rng.uniform(0.01, 30, (64, 1))).astype(np.float32)
     alone = np.stack([session.run(None, {"x": rows[None, [i]]})[0][0, 0] for i in range(64)])
     for size in (2, 3, 4, 7, 8, 16, 31, 32, 64):
@@ -66,14 +72,15 @@ def test_a_row_alone_equals_the_same_row_in_any_batch() -> None:
             np.testing.assert_array_equal(batch, alone[pick])
 
 
-def test_seven_bit_weights_never_saturate() -> None:
+@pytest.mark.parametrize("contrib", [False, True], ids=["standard", "contrib"])
+def test_seven_bit_weights_never_saturate(contrib: bool) -> None:
     """Adversarial rows (255 wherever a column's codes are positive) against +-63 codes: the int32
     result equals exact integer arithmetic (AVX2's vpmaddubsw pairs stay within int16)."""
     rng = np.random.default_rng(1)
     codes = rng.integers(-63, 64, (1024, 64)).astype(np.int8)
     codes[:, :4] = 63
     columns = int8_matmul.Int8Columns(codes, np.ones(64, np.float32), 63)
-    session, _ = _session(columns)
+    session, _ = _session(columns, contrib=contrib)
     x = np.where(codes[:, :16].T > 0, 127.0, -127.0).astype(np.float32)[None]
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], int8_matmul.reference(x, columns))
 

@@ -3,14 +3,14 @@
 The op set is the one onnxruntime-genai's model builder emits for CPU — `GroupQueryAttention`
 (rotary inside, packed QKV, KV buffer shared between past and present, attention over the valid
 length only), `SimplifiedLayerNormalization` / `SkipSimplifiedLayerNormalization`, `MatMulNBits`
-for quantized weights (w8a8: standard MatMulInteger), `FastGelu` — plus what speculation needs
-and the builder has no input for: a tree mask as GQA's `attention_bias` and tree depths as its
-`position_ids`. We emit the graph ourselves instead of running that builder because it starts
-from the Hugging Face checkpoint and its own quantizer: it cannot carry a bundle's AWQ/GPTQ
-codes, its graphs take a 2-D padding mask, and it windows local layers with `local_window_size`,
-which counts rows, not tree positions. onnxscript's ort_fusions (0.7) rewrite attention into
-GroupQueryAttention only where the mask is the causal pattern built from a 2-D `attention_mask`
-input, so they do not match a tree mask.
+for quantized weights (w8a8: `MatMulIntegerToFloat`, int8_matmul.emit's contrib form), `FastGelu` —
+plus what speculation needs and the builder has no input for: a tree mask as GQA's `attention_bias`
+and tree depths as its `position_ids`. We emit the graph ourselves instead of running that builder
+because it starts from the Hugging Face checkpoint and its own quantizer: it cannot carry a
+bundle's AWQ/GPTQ codes, its graphs take a 2-D padding mask, and it windows local layers with
+`local_window_size`, which counts rows, not tree positions. onnxscript's ort_fusions (0.7) rewrite
+attention into GroupQueryAttention only where the mask is the causal pattern built from a 2-D
+`attention_mask` input, so they do not match a tree mask.
 
 What the decoder is comes from the graph's `Decoder` record (records/decoder.py), resolved at
 export from the architecture registry, so nothing here branches on a model type:
@@ -97,7 +97,8 @@ class _Emitter:
                           f"{base}/awq_scale")[0]
         if layer.int8 is not None:
             bias = self.float_const(f"{base}.bias", layer.bias) if layer.bias is not None else None
-            nodes, inits = int8_matmul.emit(x, out or self.name(f"{base}/out"), layer.int8, base, self.name, bias=bias)
+            nodes, inits = int8_matmul.emit(x, out or self.name(f"{base}/out"), layer.int8, base, self.name, bias=bias,
+                                            contrib=True)
             self.nodes.extend(nodes)
             self.inits.extend(inits)
             return str(nodes[-1].output[0])

@@ -84,7 +84,7 @@ def _linear_matmuls(bundle, role: str) -> list[str]:  # type: ignore[no-untyped-
 def test_compile_builds_the_mix_and_speculation_is_exact(mixed) -> None:  # type: ignore[no-untyped-def]
     _, fused = mixed
     ops = fused.manifest.buckets.fused["target"].ops
-    assert "MatMulInteger" in ops and "com.microsoft.MatMulNBits" in ops
+    assert "com.microsoft.MatMulIntegerToFloat" in ops and "com.microsoft.MatMulNBits" in ops
     settings = generate_settings(GenerateConfig(max_new_tokens=12, speculative=True), fused,
                                  load_device("local-cpu"), None)
     assert settings.config.exact_layout  # the bundle's requirement reaches the decode settings
@@ -126,7 +126,8 @@ def test_a_mix_beside_other_formats_is_one_more_target(bundle_factory, tmp_path:
     assert bundle_requirements(view.quantization) == {"exact_layout": True}
     assert view.quantization is not None and not view.quantization.int8_activations("draft")  # the nbits draft
     compiled = fused.manifest.variants["mixed"].fused
-    assert compiled is not None and "MatMulInteger" in compiled.ops and "com.microsoft.MatMulNBits" in compiled.ops
+    assert compiled is not None
+    assert "com.microsoft.MatMulIntegerToFloat" in compiled.ops and "com.microsoft.MatMulNBits" in compiled.ops
     engine = Engine(fused.runtime_info("mixed"))
     exact = DecodeConfig(max_new_tokens=10, speculative=True, exact_layout=True)
     assert engine.generate([5, 6, 7], exact).output_ids == \
