@@ -28,7 +28,7 @@ Default: 24 layers, intermediate 3072 -> 61.5M parameters (the issue's 63.5M / 2
 
 `python benchmarks/realistic.py OUT [--draft demo|distilled] [--hidden 1024 --layers 16]` writes `OUT/target` (float32
 safetensors) and `OUT/draft`: the demo draft, or a wider draft distilled for it
-(benchmarks/distill_draft.py, about 18 minutes on 2 cores), all usable by `specdec export`,
+(benchmarks/distill_draft.py, about 40 minutes on 2 cores), all usable by `specdec export`,
 onnxruntime-genai's model builder and optimum.
 """
 
