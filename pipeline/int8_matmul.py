@@ -125,9 +125,9 @@ def emit(x: str, out: str, weight: Int8Columns, prefix: str, name: Callable[[str
     codes, scales, axis, act_max, tiny, zp_float, zp = (i.name for i in inits)
     nodes: list[onnx.NodeProto] = []
 
-    def node(op: str, inputs: list[str], tag: str, **attrs: object) -> str:
+    def node(op: str, inputs: list[str], tag: str, domain: str = "", **attrs: object) -> str:
         output = out if tag == "out" else name(f"{prefix}/{tag}")
-        made = helper.make_node(op, inputs, [output], name=name(f"{prefix}/{tag}_node"))
+        made = helper.make_node(op, inputs, [output], name=name(f"{prefix}/{tag}_node"), domain=domain)
         made.attribute.extend(helper.make_attribute(key, value) for key, value in attrs.items())
         nodes.append(made)
         return output
@@ -139,8 +139,7 @@ def emit(x: str, out: str, weight: Int8Columns, prefix: str, name: Callable[[str
         inits.append(numpy_helper.from_array(np.array(1.0, np.float32), name(f"{prefix}.unit_scale")))
         unit = inits[-1].name
         quantized = node("QuantizeLinear", [scaled, unit, zp], "x_uint8")
-        acc_float = node("MatMulIntegerToFloat", [quantized, codes, unit, unit, zp], "acc_float")
-        nodes[-1].domain = MS_DOMAIN
+        acc_float = node("MatMulIntegerToFloat", [quantized, codes, unit, unit, zp], "acc_float", domain=MS_DOMAIN)
     else:
         shifted = node("Add", [node("Round", [scaled], "rounded"), zp_float], "shifted")
         quantized = node("Cast", [shifted], "x_uint8", to=TensorProto.UINT8)

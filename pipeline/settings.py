@@ -123,8 +123,8 @@ def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
     (GroupQueryAttention's single-row path and a tree's masked siblings move last bits, measured
     by runtime/invariance.py), and a moved bit can cross an activation rounding step. (A fused
     w8a8 target pads its attention in the graph, so its plain steps need no pad row:
-    Engine.root_rows.) A mixed
-    target (a format per layer class) with any w8a8 layer is such a target too.
+    Engine.root_rows.) A mixed target (a format per layer class) with any w8a8 layer is such a
+    target too.
     """
     int8 = quantization is not None and quantization.int8_activations("target")
     return {"exact_layout": True} if int8 else {}

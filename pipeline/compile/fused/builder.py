@@ -390,11 +390,8 @@ def _embed(emit: _Emitter, weights: DecoderWeights) -> str:
 def row_exact_linears(weights: DecoderWeights) -> bool:
     """Whether every linear of the decoder is w8a8 (int8_matmul): per-row activation scales and
     integer sums make a row's output the same in a call of any size, a single row included."""
-    linears = [weights.head]
-    for layer in weights.layers:
-        linears += [getattr(layer, name) for name in ("qkv", "q", "k", "v", "o", "gate_up", "gate", "up", "down")]
-    present = [linear for linear in linears if linear is not None]
-    return bool(present) and all(linear.int8 is not None for linear in present)
+    linears = [weights.head, *(linear for layer in weights.layers for linear in layer.linears)]
+    return all(linear.int8 is not None for linear in linears)
 
 
 def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18,

@@ -81,6 +81,12 @@ class DecoderLayer:
     q_norm: np.ndarray | None = None  # per-head RMS norm scales (Qwen3, Gemma 3)
     k_norm: np.ndarray | None = None
 
+    @property
+    def linears(self) -> list[Linear]:
+        """The layer's projections, whichever of the packed or separate forms it has."""
+        candidates = (self.qkv, self.q, self.k, self.v, self.o, self.gate_up, self.gate, self.up, self.down)
+        return [linear for linear in candidates if linear is not None]
+
 
 @dataclass
 class DecoderWeights:
