@@ -17,11 +17,11 @@ from typing import Any
 
 from common import demo_bundle, prompts
 
-from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.generate import Generator
-from specdec.pipeline.profiles import load_scenario
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.engine.controllers import build_chain
+from specdec.pipeline.generate.stage import Generator
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.controllers import build_chain
+from specdec.pipeline.settings.profiles import load_scenario
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from specdec.pipeline.bundle import MANIFEST_NAME, Bundle
+from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle
 from specdec.pipeline.export import ExportConfig, export_bundle
 
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
@@ -24,7 +24,7 @@ def demo_bundle() -> Bundle:
 
 
 def prompts(count: int = 8) -> list[str]:
-    from specdec.pipeline.prompts import FALLBACK, default_prompts_file, load_prompts
+    from specdec.pipeline.inputs.prompts import FALLBACK, default_prompts_file, load_prompts
 
     path = default_prompts_file()
     texts = [p.text or "" for p in load_prompts(path)] if path else [text for _, text in FALLBACK]

@@ -23,10 +23,10 @@ from typing import Any
 from common import CACHE, cached, demo_bundle, prompts
 
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
-from specdec.pipeline.text import TextCodec
 
 
 def long_prompts(codec: TextCodec, count: int, length: int) -> list[list[int]]:

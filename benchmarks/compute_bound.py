@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support.tiny_models import drop_layers, make_model, make_tokenizer, save
 
+from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
 
 
 def main() -> None:

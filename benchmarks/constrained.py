@@ -23,12 +23,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.stats import PROCESS, Reply
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import BanPolicy, DecodeConfig
 from specdec.pipeline.records.manifest import MANIFEST_NAME
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.stats import PROCESS, Reply
-from specdec.pipeline.text import TextCodec
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ROOT / "pipeline" / "demo" / "eval_prompts.jsonl"

@@ -27,14 +27,14 @@ from pathlib import Path
 
 from common import demo_bundle, prompts, realistic_bundle
 
-from specdec.pipeline.prompts import CALIBRATION_PROMPTS
+from specdec.pipeline.engine.drafter import DRAFTER_NAMES
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.stats import LOOKUP, SOURCES, Reply
+from specdec.pipeline.engine.tune.measure import TuneSettings, apply_choice, tune
+from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
-from specdec.pipeline.runtime.drafter import DRAFTER_NAMES
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.stats import LOOKUP, SOURCES, Reply
-from specdec.pipeline.runtime.tune.measure import TuneSettings, apply_choice, tune
-from specdec.pipeline.text import TextCodec
 
 PLAIN = "plain"
 

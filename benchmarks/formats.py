@@ -31,8 +31,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline import int8_matmul
-from specdec.pipeline.graph_query import unique_name
+from specdec.pipeline.graphs import int8_matmul
+from specdec.pipeline.graphs.query import unique_name
 from specdec.pipeline.quantize.algorithms.base import QuantSpec, round_to_nearest
 from specdec.pipeline.quantize.packing import pack
 
@@ -53,7 +53,7 @@ FORMATS = [
     *[Format(f"MatMulNBits {bits}-bit L{level} b{block} {'sym' if sym else 'zp'}", "nbits", bits, level, block, sym)
       for bits in (4, 8) for level in (0, 4) for block in (32, 64, 128) for sym in (True, False)],
     Format("int8 per-channel, dynamic act. (DynamicQuantizeMatMul)", "int8_dynamic"),
-    # quantize --format w8a8 (pipeline/int8_matmul.py): per-row uint8 activations, MatMulInteger
+    # quantize --format w8a8 (pipeline/graphs/int8_matmul.py): per-row uint8 activations, MatMulInteger
     *[Format(f"w8a8 {bits}-bit weights, per-row act. (MatMulInteger)", "w8a8", bits) for bits in (7, 8)],
 ]
 GRAPH_FORMATS = ("fp32 MatMul", "MatMulNBits 4-bit L0 b32 sym", "MatMulNBits 4-bit L4 b32 sym",
@@ -149,11 +149,11 @@ def graph_row(fmt: Format, target_dir: Path, threads: int, workdir: Path) -> dic
     from specdec.pipeline.compile.fused.builder import build_decoder
     from specdec.pipeline.compile.fused.validate import graph_info_for
     from specdec.pipeline.compile.fused.weights import DecoderLayer, Linear, QuantWeight, read_decoder
-    from specdec.pipeline.runtime.fused import FusedRunner
-    from specdec.pipeline.runtime.graph import SessionOptions
-    from specdec.pipeline.runtime.invariance import measure
-    from specdec.pipeline.runtime.manifest import read_bundle
-    from specdec.pipeline.runtime.runner import causal, no_scratch
+    from specdec.pipeline.engine.fused import FusedRunner
+    from specdec.pipeline.engine.graph import SessionOptions
+    from specdec.pipeline.engine.invariance import measure
+    from specdec.pipeline.engine.manifest import read_bundle
+    from specdec.pipeline.engine.runner import causal, no_scratch
 
     info = read_bundle(target_dir)
     spec = info.graphs["target"]

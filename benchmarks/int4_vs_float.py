@@ -16,11 +16,11 @@ from typing import Any
 
 from common import CACHE, cached, demo_bundle, prompts
 
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.quantize.config import QuantizeConfig
 from specdec.pipeline.quantize.stage import quantize_bundle
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.text import TextCodec
 
 
 def measure(path: Path, ids: list[list[int]], tokens: int) -> dict[str, Any]:

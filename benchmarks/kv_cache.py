@@ -8,7 +8,7 @@ in this one process, for each prompt:
 - under the window policy, on both flavours, plain and speculative greedy decoding of `--tokens`
   new tokens (past the context: 4x a 512-slot context by default), compared token for token, with
   tokens/s, the KV bytes the runners hold at the end and the process's peak RSS per reply
-  (runtime/memory.py); and the two flavours' plain replies compared;
+  (engine/memory.py); and the two flavours' plain replies compared;
 - the per-step cost of the cpu policies: plain decoding of the same reply inside the context (the
   full cache's limit), ms per token, rotating which goes first;
 - int8 and float16 KV rows (full cache): speculative against plain inside the context, their
@@ -29,15 +29,15 @@ from typing import Any
 
 from common import CACHE, cached, demo_bundle, prompts
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.memory import peak_rss_kb, reset_peak
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.memory import peak_rss_kb, reset_peak
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
-from specdec.pipeline.text import TextCodec
 
 
 def _compiled(source: Bundle, name: str, max_context: int, kv_cache: KVCache | None = None,

@@ -67,9 +67,9 @@ def optimum_decoder(job: dict[str, Any]) -> Decode:
 
 def specdec_decoder(job: dict[str, Any]) -> Decode:
     """Settings as `specdec generate` resolves them: the bundle's plan for this machine, its requirements."""
-    from specdec.pipeline.bundle import Bundle
-    from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
-    from specdec.pipeline.profiles import load_device
+    from specdec.pipeline.bundle.store import Bundle
+    from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+    from specdec.pipeline.settings.profiles import load_device
 
     threads = int(job["threads"])
     bundle = Bundle.load(job["model"])

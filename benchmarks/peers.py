@@ -125,7 +125,7 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, wanted:
     """Export, quantize, compile and tune the `wanted` specdec bundles (cached under `root`).
 
     Returns the tuned bundles by name and the quantized bundles' quality reports by name."""
-    from specdec.pipeline.bundle import MANIFEST_NAME, Bundle
+    from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle
     from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
     from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
@@ -186,8 +186,8 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, wanted:
 
 
 def prompts(tokenizer_dir: Path, count: int) -> list[list[int]]:
-    from specdec.pipeline.prompts import default_prompts_file, load_prompts
-    from specdec.pipeline.text import TextCodec
+    from specdec.pipeline.inputs.prompts import default_prompts_file, load_prompts
+    from specdec.pipeline.inputs.text import TextCodec
 
     codec = TextCodec(tokenizer_dir)
     path = default_prompts_file()

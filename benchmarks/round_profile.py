@@ -20,13 +20,13 @@ from pathlib import Path
 
 from common import prompts as prompt_texts
 
-from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
-from specdec.pipeline.profiles import load_device
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.stats import STAGES
+from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.stats import STAGES
-from specdec.pipeline.text import TextCodec
+from specdec.pipeline.settings.profiles import load_device
 
 
 def profile(engine: Engine, prompts: list[list[int]], config: DecodeConfig, label: str) -> None:

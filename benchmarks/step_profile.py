@@ -28,8 +28,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def _prompts(tokenizer_dir: Path, count: int) -> list[list[int]]:
-    from specdec.pipeline.prompts import default_prompts_file, load_prompts
-    from specdec.pipeline.text import TextCodec
+    from specdec.pipeline.inputs.prompts import default_prompts_file, load_prompts
+    from specdec.pipeline.inputs.text import TextCodec
 
     codec = TextCodec(tokenizer_dir)
     path = default_prompts_file()
@@ -61,9 +61,9 @@ def _genai(model: str, prompts: list[list[int]], tokens: int) -> list[tuple[floa
 
 def _specdec(bundle: str, prompts: list[list[int]], tokens: int, threads: int, one_row: bool
              ) -> list[tuple[float, float]]:
-    from specdec.pipeline.bundle import Bundle
-    from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
-    from specdec.pipeline.profiles import load_device
+    from specdec.pipeline.bundle.store import Bundle
+    from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+    from specdec.pipeline.settings.profiles import load_device
 
     loaded = Bundle.load(bundle)
     engine = Generator(loaded, threads=threads).engine
@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=64)
     args = parser.parse_args()
-    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.bundle.store import Bundle
 
     ids = _prompts(Bundle.load(args.bundles[0]).tokenizer_dir, args.prompts)
     jobs: list[tuple[str, dict[str, Any]]] = [("onnxruntime-genai", {"kind": "genai", "model": str(args.genai)})]

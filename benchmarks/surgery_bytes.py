@@ -16,10 +16,10 @@ from typing import Any
 
 from common import CACHE, cached, demo_bundle, prompts
 
-from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.generate import Generator
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.engine.stats import ACCEPT, DRAFT, PRUNE, VERIFY, RoundStats
+from specdec.pipeline.generate.stage import Generator
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.stats import ACCEPT, DRAFT, PRUNE, VERIFY, RoundStats
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 

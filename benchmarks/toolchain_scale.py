@@ -88,7 +88,7 @@ def build_checkpoint(size: str, out: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from specdec.pipeline.calibration import default_calib_path
+    from specdec.pipeline.inputs.calibration import default_calib_path
 
     shape = dict(SHAPES[size])
     vocab_size = int(shape["vocab_size"])
@@ -130,7 +130,7 @@ def specdec_command(stage: str, source: Path, out: Path, extra: list[str]) -> li
     command = stage.split("-")[0]
     if stage == "tune":
         prompts = out.with_name("tune-prompts.jsonl")
-        from specdec.pipeline.prompts import default_prompts_file
+        from specdec.pipeline.inputs.prompts import default_prompts_file
 
         shipped = default_prompts_file()
         assert shipped is not None, "the demo prompts ship with specdec"

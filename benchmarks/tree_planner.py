@@ -29,16 +29,16 @@ from typing import Any
 
 from common import CACHE, cached, demo_bundle, prompts, realistic_bundle
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.tune.measure import apply_choice
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.config import Method
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.tune.measure import apply_choice
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
-from specdec.pipeline.text import TextCodec
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 BUDGETS = (2, 3, 4, 6, 8, 12, 16, 24, 32)

@@ -12,10 +12,10 @@ from specdec.cli import options
 from specdec.cli.console import RichProgress
 from specdec.cli.render import report_outcome
 from specdec.pipeline.bench import BenchConfig, run_bench
-from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.progress import Task
-from specdec.pipeline.settings import parse_controllers
+from specdec.pipeline.settings.profiles import Transport
+from specdec.pipeline.settings.resolve import parse_controllers
 
 
 def bench(

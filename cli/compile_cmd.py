@@ -10,7 +10,7 @@ import typer
 from specdec.cli import options
 from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import human_bytes, qdq_lines, readiness_table
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
 from specdec.pipeline.compile.config import Activations
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype

@@ -25,8 +25,8 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgressBar
 
+from specdec.pipeline.bundle.staging import is_write_error, write_error
 from specdec.pipeline.errors import InputError, SpecdecError
-from specdec.pipeline.staging import is_write_error, write_error
 
 out = Console()
 err = Console(stderr=True)
@@ -123,7 +123,7 @@ def error_line(exc: SpecdecError, flags: Mapping[str, str] | None = None) -> str
 
 def _as_specdec_error(exc: BaseException) -> SpecdecError | None:
     """SpecdecError as is; an OSError about writing a file (read-only filesystem, no space, permission
-    denied) as the bad input it is: outputs are opened through pipeline/staging.py, which names the
+    denied) as the bad input it is: outputs are opened through pipeline/bundle/staging.py, which names the
     path and the fix, and this catches what slips past it (a cache, a log) the same way."""
     if isinstance(exc, SpecdecError):
         return exc

@@ -19,7 +19,7 @@ from specdec.pipeline.devices.registry import list_adb_devices
 from specdec.pipeline.errors import DeviceError
 from specdec.pipeline.portable.archive import find_current
 from specdec.pipeline.portable.remote import present
-from specdec.pipeline.profiles import DEFAULT_PROFILES, Transport, load_device
+from specdec.pipeline.settings.profiles import DEFAULT_PROFILES, Transport, load_device
 
 
 def _probe(entry: AdbDeviceEntry, python: str, host: str | None, port: int | None) -> dict[str, Any]:

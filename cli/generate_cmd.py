@@ -12,13 +12,19 @@ from rich.table import Table
 
 from specdec.cli import options
 from specdec.cli.console import RichProgress, err, note, out, warn
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.staging import StagedFile
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings, host_controllers, local_threads
-from specdec.pipeline.profiles import load_device, load_scenario
-from specdec.pipeline.prompts import PromptItem, load_prompts
-from specdec.pipeline.settings import parse_controllers
-from specdec.pipeline.staging import StagedFile
+from specdec.pipeline.generate.stage import (
+    GenerateConfig,
+    Generator,
+    generate_settings,
+    host_controllers,
+    local_threads,
+)
+from specdec.pipeline.inputs.prompts import PromptItem, load_prompts
+from specdec.pipeline.settings.profiles import load_device, load_scenario
+from specdec.pipeline.settings.resolve import parse_controllers
 
 
 def _stats_table(rows: list[tuple[str, dict[str, Any]]], by_source: bool) -> Table:

@@ -12,10 +12,10 @@ from rich.table import Table
 
 from specdec.cli.console import out
 from specdec.cli.render import human_bytes, plan_fit_line, plan_table, qdq_lines, quality_table, readiness_table
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.bundle.summary import summarize
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.manifest import GraphQuantization, Quantization
-from specdec.pipeline.summary import summarize
 
 
 def _shape(shape: list[Any]) -> str:

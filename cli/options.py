@@ -18,10 +18,10 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from specdec.pipeline.engine.controllers import NAMES as CONTROLLER_NAMES
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
-from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
+from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 
 C = TypeVar("C")
 

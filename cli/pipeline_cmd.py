@@ -8,8 +8,8 @@ import typer
 
 from specdec.cli.console import RichProgress, err, note
 from specdec.cli.render import quality_table, report_outcome
-from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.chain import load_config, run_pipeline
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.chain.stage import load_config, run_pipeline
 
 
 def pipeline(

@@ -9,7 +9,7 @@ import yaml
 from rich.table import Table
 
 from specdec.cli.console import guarded, out
-from specdec.pipeline import profiles
+from specdec.pipeline.settings import profiles
 
 app = typer.Typer(help="Device profiles and scenario templates (validated YAML in profiles/).", no_args_is_help=True)
 

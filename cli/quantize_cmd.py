@@ -10,10 +10,10 @@ import typer
 from specdec.cli import options
 from specdec.cli.console import RichProgress, err
 from specdec.cli.render import quality_table
-from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.profiles import DEFAULT_PROFILES, Transport
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.records.manifest import MIXED_FORMAT
+from specdec.pipeline.settings.profiles import DEFAULT_PROFILES, Transport
 
 
 def quantize(

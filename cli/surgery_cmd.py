@@ -9,7 +9,7 @@ import typer
 
 from specdec.cli import options
 from specdec.cli.console import RichProgress, err
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 

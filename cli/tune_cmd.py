@@ -10,8 +10,8 @@ import typer
 from specdec.cli import options
 from specdec.cli.console import RichProgress, err, note, out
 from specdec.cli.render import plan_fit_line, plan_table
-from specdec.pipeline.bundle import Bundle
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.settings.profiles import Transport
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 

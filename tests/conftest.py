@@ -25,7 +25,7 @@ def pair_factory(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-u
 
 @pytest.fixture(scope="session")
 def bundle_factory(tmp_path_factory: pytest.TempPathFactory, pair_factory):  # type: ignore[no-untyped-def]
-    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.bundle.store import Bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
 
     cache: dict[tuple[object, ...], Bundle] = {}

@@ -1,10 +1,10 @@
 """The import layering the code follows, checked statically (ast): nothing imports upwards or sideways.
 
     cli (one module per command + console, render)
-     └─ pipeline/chain.py (the pipeline command) ─ stages: export, surgery, quantize, compile, bench
+     └─ pipeline/chain/stage.py (the pipeline command) ─ stages: export, surgery, quantize, compile, bench
          └─ shared: tune (the tune command, plans in a bench run), ondevice (running the device runner),
-            bundle, settings, profiles, graph_io, passes, prompts, devices, portable, ...
-             └─ runtime (device: numpy + onnxruntime + stdlib) ─ records ─ errors
+            bundle, settings, graphs, inputs, passes, devices, portable, ...
+             └─ engine (device: numpy + onnxruntime + stdlib) ─ records ─ errors
 """
 
 from __future__ import annotations
@@ -50,6 +50,16 @@ def _rel(path: Path) -> str:
     return path.relative_to(ROOT).as_posix()
 
 
+# The only modules loose at the top of pipeline/: the foundations every layer uses. Anything else
+# belongs in a named package (docs/development.md has the map).
+LOOSE_MODULES = {"__init__.py", "errors.py", "progress.py"}
+
+
+def test_pipeline_has_no_loose_modules_beyond_its_foundations() -> None:
+    loose = {p.name for p in (ROOT / "pipeline").glob("*.py")}
+    assert loose - LOOSE_MODULES == set(), "put new modules in a named package under pipeline/"
+
+
 def test_library_code_never_imports_the_cli() -> None:
     offenders = [(_rel(p), m) for p in _modules("pipeline") + _modules("custom_ops") for m in _imports(p)
                  if m.startswith("specdec.cli")]
@@ -65,7 +75,7 @@ def test_stages_do_not_import_each_other() -> None:
             stage = _stage_of(module)
             if stage is None or stage == own:
                 continue
-            if own in STAGES or _rel(path) != "pipeline/chain.py":  # only the pipeline command chains stages
+            if own in STAGES or _rel(path) != "pipeline/chain/stage.py":  # only the pipeline command chains stages
                 offenders.append((_rel(path), module))
     assert not offenders
 
@@ -78,7 +88,7 @@ def test_commands_do_not_import_each_other() -> None:
 
 @pytest.mark.parametrize("folder, allowed", [
     # the device runtime: what runs on a phone
-    ("pipeline/runtime", ("specdec.pipeline.runtime", "specdec.pipeline.records", "specdec.pipeline.errors",
+    ("pipeline/engine", ("specdec.pipeline.engine", "specdec.pipeline.records", "specdec.pipeline.errors",
                           "specdec.custom_ops")),
     # shared records: below the runtime
     ("pipeline/records", ("specdec.pipeline.records", "specdec.pipeline.errors")),
@@ -109,10 +119,10 @@ def _calls(path: Path, names: set[str]) -> set[str]:
 
 
 def test_outputs_are_opened_in_one_place() -> None:
-    """Hidden temporary outputs are made only by pipeline/staging.py (the overwrite and writability rules
+    """Hidden temporary outputs are made only by pipeline/bundle/staging.py (the overwrite and writability rules
     live there); the device runtime keeps to its own work dir."""
     offenders = [(_rel(p), sorted(c)) for p in _modules("cli") + _modules("pipeline")
-                 if _rel(p) != "pipeline/staging.py" and "runtime" not in p.parts
+                 if _rel(p) != "pipeline/bundle/staging.py" and "engine" not in p.parts
                  and (c := _calls(p, {"mkdtemp", "mkstemp"}))]
     assert not offenders
 
@@ -120,7 +130,7 @@ def test_outputs_are_opened_in_one_place() -> None:
 def test_commands_load_bundles_through_the_verifying_loader() -> None:
     """`Bundle.load` checks every sha256; the runtime's manifest reader does not, so commands never use it."""
     offenders = [(_rel(p), m) for p in _modules("cli") for m in _imports(p)
-                 if m.startswith(("specdec.pipeline.runtime.manifest", "specdec.pipeline.runtime.engine"))]
+                 if m.startswith(("specdec.pipeline.engine.manifest", "specdec.pipeline.engine.engine"))]
     assert not offenders
 
 

@@ -62,7 +62,7 @@ def test_wheel_carries_code_and_data(tmp_path: Path) -> None:
     assert "would be ignored" not in build.stdout + build.stderr  # no setuptools warning flood on install
     wheel = next(tmp_path.glob("specdec-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for required in ("specdec/cli/app.py", "specdec/pipeline/runtime/engine.py",
+    for required in ("specdec/cli/app.py", "specdec/pipeline/engine/engine.py",
                      "specdec/custom_ops/block_sparse_verify/function.py", "specdec/profiles/local-cpu.yaml",
                      "specdec/profiles/scenarios/chat.yaml", "specdec/pipeline/demo/target/model.safetensors",
                      "specdec/pipeline/demo/draft/tokenizer.json", "specdec/pipeline/demo/calib.txt",

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.devices.sensor_log import SensorLog
+from specdec.pipeline.engine.stats import SOURCES, STAGES, VERIFY
 from specdec.pipeline.records.results import (
     Details,
     Figures,
@@ -29,7 +30,6 @@ from specdec.pipeline.records.results import (
     RoundCounts,
     SourceStats,
 )
-from specdec.pipeline.runtime.stats import SOURCES, STAGES, VERIFY
 
 # Figures a CI gate can name, with the direction that counts as better.
 HIGHER_IS_BETTER = {"speedup", "tokens_per_s", "plain_tokens_per_s", "mean_accepted_len", "acceptance_rate",

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from specdec import __version__
-from specdec.pipeline import profiles
 from specdec.pipeline.bench import analysis, plots, report, trace
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.devices.sensors import thermal_events
+from specdec.pipeline.engine.processors import processor_names
+from specdec.pipeline.inputs.prompts import BenchPrompt
 from specdec.pipeline.ondevice.orchestrate import DeviceRun
 from specdec.pipeline.ondevice.payload import bundle_files
-from specdec.pipeline.prompts import BenchPrompt
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.decode import VerifyMode
 from specdec.pipeline.records.kv_policy import KVPolicy
@@ -33,8 +33,8 @@ from specdec.pipeline.records.results import (
     SensorSummary,
     Thermal,
 )
-from specdec.pipeline.runtime.processors import processor_names
-from specdec.pipeline.settings import ResolvedSettings
+from specdec.pipeline.settings import profiles
+from specdec.pipeline.settings.resolve import ResolvedSettings
 
 
 def assemble(scenario: str | None, repeats: int, controllers: list[str], profile: profiles.DeviceProfile,

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.devices.sensor_log import SensorLog
+from specdec.pipeline.engine.stats import STAGES
 from specdec.pipeline.records.results import Details, Memory
-from specdec.pipeline.runtime.stats import STAGES
 
 
 def _pyplot() -> Any:

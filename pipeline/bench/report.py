@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from specdec.pipeline.engine.stats import PROCESS
 from specdec.pipeline.records.results import BenchResults, Figures
-from specdec.pipeline.runtime.stats import PROCESS
 
 
 def _fmt(value: Any, digits: int = 3, unit: str = "") -> str:

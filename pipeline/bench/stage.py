@@ -12,29 +12,29 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specdec.pipeline import profiles
 from specdec.pipeline.bench import gates
 from specdec.pipeline.bench.outputs import assemble, write_outputs
-from specdec.pipeline.bundle import Bundle, StagedDirectory
+from specdec.pipeline.bundle.store import Bundle, StagedDirectory
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, BenchPrompt, load_bench_prompts
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import sensor_args
 from specdec.pipeline.ondevice.launch import prepare_device
 from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_on_device
 from specdec.pipeline.ondevice.payload import build_payload
-from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.prompts import CALIBRATION_PROMPTS, BenchPrompt, load_bench_prompts
 from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
-from specdec.pipeline.settings import (
+from specdec.pipeline.settings import profiles
+from specdec.pipeline.settings.profiles import RuntimeKind, Transport
+from specdec.pipeline.settings.resolve import (
     DEFAULT_CONTROLLERS,
     check_controllers,
     controller_spec,
     options_from,
     run_settings,
 )
-from specdec.pipeline.text import TextCodec
 from specdec.pipeline.tune import plans
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class BenchConfig:
     limit: int | None = None
     repeats: int = 1
     # Decode settings, by DecodeConfig field name; None: not set, the plan, scenario, profile or
-    # built-in default decides (pipeline/settings.py), as for `specdec generate`.
+    # built-in default decides (pipeline/settings/resolve.py), as for `specdec generate`.
     max_new_tokens: int | None = None
     temperature: float | None = None
     mode: VerifyMode | None = None
@@ -123,7 +123,7 @@ def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[Be
 def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None,
               progress: Progress | None = None) -> BenchOutcome:
     # Everything the user gave is checked before any device work: profile, settings, gates and
-    # baseline, prompts, and the output directory (writable, not clobbered; pipeline/staging.py).
+    # baseline, prompts, and the output directory (writable, not clobbered; pipeline/bundle/staging.py).
     profile = profiles.load_device(config.profile_name)
     if profile.transport is not config.device:
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.devices.sensor_log import SensorLog
-from specdec.pipeline.runtime.stats import ACCEPT, STAGES, VERIFY
+from specdec.pipeline.engine.stats import ACCEPT, STAGES, VERIFY
 
 _PIDS = {"plain": 1, "speculative": 2}
 _COUNTER_PID = 3

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline import profiles
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype, KVPolicy
 from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
+from specdec.pipeline.settings import profiles
 
 
 class Activations(str, enum.Enum):
@@ -28,7 +28,7 @@ class Activations(str, enum.Enum):
 def window_slots(policy: KVPolicy, largest_call: int) -> int:
     """The KV slots of the npu flavour's variants under a window policy: the sinks, the window and
     room for the rows of the rounds in flight (a draft's levels, a tree, a prompt chunk), twice the
-    largest call: a round's scratch rows stay until it commits (runtime/static_window.py)."""
+    largest call: a round's scratch rows stay until it commits (engine/static_window.py)."""
     return policy.sinks + policy.window + 2 * largest_call
 
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.fused import FusedRunner
+from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.manifest import GraphInfo
+from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.records.kv_policy import KVPolicy
-from specdec.pipeline.runtime.fused import FusedRunner
-from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.manifest import GraphInfo
-from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ MIN_TOKENS = 32
 
 
 def calibration_tokens(tokenizer_dir: Path, path: Path | None) -> list[int]:
-    from specdec.pipeline.text import TextCodec
+    from specdec.pipeline.inputs.text import TextCodec
 
     source = path or DEFAULT_TEXT
     try:

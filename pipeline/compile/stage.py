@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from specdec.pipeline.bundle import Bundle, BundleWriter, Manifest, input_digests
+from specdec.pipeline.bundle.store import Bundle, BundleWriter, Manifest, input_digests
 from specdec.pipeline.compile.config import CompileConfig, CompileSettings
 from specdec.pipeline.compile.fused.builder import fused_blocker
 from specdec.pipeline.compile.fused.flavour import FUSED_DIR, compile_fused

@@ -28,7 +28,7 @@ from specdec.pipeline.devices.base import (
 )
 from specdec.pipeline.devices.shell import q
 from specdec.pipeline.errors import DeviceError, InputError
-from specdec.pipeline.profiles import DeviceProfile, Transport
+from specdec.pipeline.settings.profiles import DeviceProfile, Transport
 
 log = logging.getLogger(__name__)
 

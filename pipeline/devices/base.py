@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specdec.pipeline.errors import DeviceError
-from specdec.pipeline.profiles import DeviceProfile, Transport
 from specdec.pipeline.records.device import DeviceInfo as DeviceInfo  # re-exported: the transports' result
 from specdec.pipeline.records.device import PythonStatus as PythonStatus
+from specdec.pipeline.settings.profiles import DeviceProfile, Transport
 
 OutputSink = Callable[[str], None]
 

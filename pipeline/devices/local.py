@@ -26,8 +26,8 @@ from specdec.pipeline.devices.base import (
     default_profile,
 )
 from specdec.pipeline.errors import DeviceError, InputError
-from specdec.pipeline.graph_io import sha256_file
-from specdec.pipeline.profiles import DeviceProfile, Transport
+from specdec.pipeline.graphs.files import sha256_file
+from specdec.pipeline.settings.profiles import DeviceProfile, Transport
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from specdec.pipeline.devices.adb_client import AdbClient, AdbDeviceEntry
 from specdec.pipeline.devices.base import Device
 from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.profiles import DeviceProfile, Transport
+from specdec.pipeline.settings.profiles import DeviceProfile, Transport
 
 
 class DeviceFactory(Protocol):

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.pipeline.profiles import CurrentUnit, DischargeSign, SensorSpec, VoltageUnit
+from specdec.pipeline.settings.profiles import CurrentUnit, DischargeSign, SensorSpec, VoltageUnit
 
 MAGIC = "#specdec-sensors"
 VERSION = "1"

@@ -20,11 +20,11 @@ from specdec.pipeline.devices.base import BackgroundJob, Device
 from specdec.pipeline.devices.sensor_log import TEMP_TO_C, SensorField, SensorLog, detect_temp_unit, header_lines
 from specdec.pipeline.devices.sensor_log import parse_sensor_log as parse_sensor_log  # re-exported
 from specdec.pipeline.devices.shell import q, seconds
-from specdec.pipeline.profiles import SensorSpec, ThermalSpec
 from specdec.pipeline.records.device import CooldownResult as CooldownResult  # re-exported
 from specdec.pipeline.records.device import HalTemperature as HalTemperature
 from specdec.pipeline.records.device import ThermalSnapshot as ThermalSnapshot
 from specdec.pipeline.records.results import ThermalEvent
+from specdec.pipeline.settings.profiles import SensorSpec, ThermalSpec
 
 log = logging.getLogger(__name__)
 

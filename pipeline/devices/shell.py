@@ -25,7 +25,7 @@ from typing import IO
 
 from specdec.pipeline.devices.base import BackgroundJob, OutputSink
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.graph_io import sha256_file
+from specdec.pipeline.graphs.files import sha256_file
 from specdec.pipeline.records.device import PythonStatus
 
 log = logging.getLogger(__name__)

@@ -24,11 +24,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.staging import StagedDirectory, check_output_dir
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from specdec.pipeline.errors import InputError, UnsupportedModelError
 from specdec.pipeline.export.architectures import Architecture, lookup
-from specdec.pipeline.graph_io import sha256_file
+from specdec.pipeline.graphs.files import sha256_file
 
 log = logging.getLogger(__name__)
 

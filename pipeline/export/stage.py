@@ -14,16 +14,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.bundle import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec
+from specdec.pipeline.bundle.staging import check_output_dir
+from specdec.pipeline.bundle.store import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
 from specdec.pipeline.export.compat import PairReport, check_pair, check_target
+from specdec.pipeline.export.tensor_sharing import share_identical
 from specdec.pipeline.export.torch_graph import export_onnx
 from specdec.pipeline.export.validate import enforce, validate_graph
-from specdec.pipeline.graph_io import describe_io
+from specdec.pipeline.graphs.files import describe_io
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.staging import check_output_dir
-from specdec.pipeline.tensor_sharing import share_identical
 
 log = logging.getLogger(__name__)
 

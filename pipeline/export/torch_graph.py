@@ -25,11 +25,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK, mask_names
 from specdec.pipeline.errors import ExportError
 from specdec.pipeline.export.architectures import KVGeometry
-from specdec.pipeline.graph_io import EXTERNAL_DATA_BYTES
+from specdec.pipeline.graphs.files import EXTERNAL_DATA_BYTES
 from specdec.pipeline.records.decoder import Decoder
-from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK, mask_names
 
 log = logging.getLogger(__name__)
 

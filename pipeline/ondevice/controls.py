@@ -1,6 +1,6 @@
 """Host side of adaptive speculation for a bench run: the device's sensors for the controllers.
 
-Which controllers run, with which targets, is resolved in `specdec.pipeline.settings`; the
+Which controllers run, with which targets, is resolved in `specdec.pipeline.settings.resolve`; the
 runner on the device builds them (`runtime.controllers.build_chain`) from that spec, and the
 sensor files found here go on its command line, where device path mapping applies.
 """
@@ -14,7 +14,7 @@ from typing import Any
 from specdec.pipeline.devices.base import Device
 from specdec.pipeline.devices.sensor_log import detect_current_unit, detect_voltage_unit
 from specdec.pipeline.devices.sensors import plan_sensors
-from specdec.pipeline.profiles import DeviceProfile, DischargeSign
+from specdec.pipeline.settings.profiles import DeviceProfile, DischargeSign
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ from specdec.pipeline.portable import recipe
 from specdec.pipeline.portable.archive import BuildConfig, RuntimeArchive, build_runtime
 from specdec.pipeline.portable.probe import run_probe
 from specdec.pipeline.portable.remote import RemoteRuntime, ensure_runtime
-from specdec.pipeline.profiles import DeviceProfile, RuntimeKind, Transport
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.plan import device_key
+from specdec.pipeline.settings.profiles import DeviceProfile, RuntimeKind, Transport
 
 log = logging.getLogger(__name__)
 

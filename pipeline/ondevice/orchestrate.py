@@ -29,11 +29,11 @@ from specdec.pipeline.devices.sensors import (
 )
 from specdec.pipeline.devices.session import device_session
 from specdec.pipeline.devices.stale_runs import sweep_stale_runs
+from specdec.pipeline.engine.device_main import EVENTS
 from specdec.pipeline.errors import DeviceError, DeviceLostError
 from specdec.pipeline.ondevice.controls import SensorArgs
 from specdec.pipeline.ondevice.payload import RUN_SPEC, RUNTIME_ZIP
-from specdec.pipeline.profiles import DeviceProfile
-from specdec.pipeline.runtime.device_main import EVENTS
+from specdec.pipeline.settings.profiles import DeviceProfile
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def check_device(device: Device, profile: DeviceProfile, python: str) -> DeviceI
     return info
 
 
-RUNNER_MODULE = "specdec.pipeline.runtime.device_main"
+RUNNER_MODULE = "specdec.pipeline.engine.device_main"
 
 
 def runner_args(workdir: str, sensors: SensorArgs | None = None) -> str:

@@ -14,8 +14,8 @@ import zipfile
 from pathlib import Path
 
 import specdec
-from specdec.pipeline.bundle import MANIFEST_NAME, Bundle
-from specdec.pipeline.graph_io import SHARED_DATA, graph_files
+from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle
+from specdec.pipeline.graphs.files import SHARED_DATA, graph_files
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.results import RunSpec
 
@@ -45,7 +45,7 @@ def package_root() -> Path:
 
 def runtime_files() -> list[str]:
     root = package_root()
-    shared = sorted(p.relative_to(root).as_posix() for folder in ("runtime", "records")
+    shared = sorted(p.relative_to(root).as_posix() for folder in ("engine", "records")
                     for p in (root / "pipeline" / folder).rglob("*.py"))
     return [*RUNTIME_FILES, *shared]
 
@@ -78,7 +78,7 @@ def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:
     target.mkdir()
     shutil.copyfile(bundle.path / MANIFEST_NAME, target / MANIFEST_NAME)
     files = bundle_files(bundle, spec.weight_format)
-    if spec.decode.constrained:  # logits processors read the tokenizer on the device (runtime/processors/vocab.py)
+    if spec.decode.constrained:  # logits processors read the tokenizer on the device (engine/processors/vocab.py)
         files = [*files, f"{bundle.manifest.tokenizer.dir}/tokenizer.json"]
     for rel in files:
         (target / rel).parent.mkdir(parents=True, exist_ok=True)

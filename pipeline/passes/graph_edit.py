@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from specdec.custom_ops import DOMAIN, VERSION
 from specdec.custom_ops.schema import OpSchema
-from specdec.pipeline.onnx_edit import ensure_opset
+from specdec.pipeline.graphs.edit import ensure_opset
 
 DTYPES = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "int64": TensorProto.INT64}
 

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from specdec import __version__
+from specdec.pipeline.bundle.staging import writable_directory
 from specdec.pipeline.errors import InputError, RuntimeBuildError
 from specdec.pipeline.portable import assemble, fetch, recipe
 from specdec.pipeline.portable.fetch import Sources
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.staging import writable_directory
 
 log = logging.getLogger(__name__)
 

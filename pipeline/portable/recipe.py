@@ -30,7 +30,7 @@ DEBS = ("libc6", "libgcc-s1", "libstdc++6", "zlib1g", "libexpat1", "libffi8",
         f"{PYTHON_PACKAGE}-minimal", f"lib{PYTHON_PACKAGE}-minimal", f"lib{PYTHON_PACKAGE}-stdlib")
 # --no-deps: onnxruntime's declared flatbuffers/protobuf/packaging/sympy serve its tools, not
 # InferenceSession (the probe proves the import and a session work without them).
-# pyahocorasick and llguidance serve the logits processors (runtime/processors/); llguidance 1.6.1 is
+# pyahocorasick and llguidance serve the logits processors (engine/processors/); llguidance 1.6.1 is
 # the newest with a manylinux aarch64 wheel on the index (the host may run a newer one: same API).
 WHEELS = ("numpy==2.4.6", "onnxruntime==1.32.0", "pyahocorasick==2.3.1", "llguidance==1.6.1")
 

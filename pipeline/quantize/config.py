@@ -182,7 +182,7 @@ class QuantizeConfig:
     # bundle (136M of Qwen2.5-0.5B's 494M parameters), off below, where it is small and stays exact.
     quantize_embeddings: bool | None = None
     # w8a8 weight range: 7 bits (+-63) is exact on every CPU; 8 bits (+-127) only where no kernel
-    # accumulates pairs in saturating int16 (x86 with VNNI, arm64): pipeline/int8_matmul.py
+    # accumulates pairs in saturating int16 (x86 with VNNI, arm64): pipeline/graphs/int8_matmul.py
     w8a8_weight_bits: int = 7
     # The mixed format's weight format per layer class ("attention=w8a8,mlp=nbits,head=nbits" or a
     # mapping); None: DEFAULT_MIX. Only with a `mixed` format among `format`'s.
@@ -293,7 +293,7 @@ class QuantizeConfig:
             return parse_format(self.format)
         if self.profile is None:
             return WeightFormat.nbits
-        from specdec.pipeline.profiles import load_device  # a profile is read only when one is named
+        from specdec.pipeline.settings.profiles import load_device  # a profile is read only when one is named
 
         default = load_device(self.profile).quantize.format
         chosen = self._given_nbits_settings()
@@ -361,7 +361,7 @@ class QuantizeConfig:
 
     def record(self) -> dict[str, Any]:
         """What the lineage stores: everything that changes the output."""
-        from specdec.pipeline.graph_io import sha256_file
+        from specdec.pipeline.graphs.files import sha256_file
 
         def file_record(path: Path | None) -> dict[str, str] | None:
             return None if path is None else {"path": str(path), "sha256": sha256_file(Path(path))}

@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline.graph_query import MS_DOMAIN, attribute_value, module_name, names_used, unique_name
-from specdec.pipeline.onnx_edit import ensure_opset, retain
+from specdec.pipeline.graphs.edit import ensure_opset, retain
+from specdec.pipeline.graphs.query import MS_DOMAIN, attribute_value, module_name, names_used, unique_name
 from specdec.pipeline.quantize.packing import Packed
 
 _FLOAT_TYPES: dict[int, type[np.floating]] = {TensorProto.FLOAT: np.float32, TensorProto.FLOAT16: np.float16}

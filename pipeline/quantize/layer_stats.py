@@ -1,6 +1,6 @@
 """Per-layer activation statistics from the float graph, for AWQ and GPTQ.
 
-The float graph runs as a probe (pipeline/calibration.py: each wanted layer input an output, the
+The float graph runs as a probe (pipeline/inputs/calibration.py: each wanted layer input an output, the
 graph cut to what those inputs need) over the calibration windows; per input tensor we accumulate
 x^T x (GPTQ) and sum |x| plus a capped random sample of rows (AWQ), never all activations.
 Layers reading the same tensor (q/k/v, gate/up) share one record. x^T x is K^2 float32, so the
@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from specdec.pipeline.calibration import prefill
+from specdec.pipeline.engine.graph import Graph
+from specdec.pipeline.inputs.calibration import prefill
 from specdec.pipeline.quantize.algorithms import ACTIVATIONS, HESSIAN, LayerStats
-from specdec.pipeline.runtime.graph import Graph
 
 ROW_SAMPLE = 1024  # AWQ rows kept per layer input
 STATS_BUDGET_BYTES = 2 << 30  # x^T x and row samples held at once (8.7 GB peak at 1.24B with 1 GiB)

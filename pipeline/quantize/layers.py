@@ -1,7 +1,7 @@
 """Rewrite the linear layers of an exported graph into `com.microsoft::MatMulNBits` or, for the
-w8a8 format, the standard-op MatMulInteger subgraph of `specdec.pipeline.int8_matmul`.
+w8a8 format, the standard-op MatMulInteger subgraph of `specdec.pipeline.graphs.int8_matmul`.
 
-Layers are found by `specdec.pipeline.graph_query.find_layers` (module paths from the exporter's
+Layers are found by `specdec.pipeline.graphs.query.find_layers` (module paths from the exporter's
 metadata); each rewrite keeps that metadata on the new nodes so later stages can name them.
 """
 
@@ -13,15 +13,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline import int8_matmul
-from specdec.pipeline.graph_query import (
+from specdec.pipeline.graphs import int8_matmul
+from specdec.pipeline.graphs.edit import ensure_opset, retain
+from specdec.pipeline.graphs.query import (
     MS_DOMAIN,
     SCOPES_KEY,
     Layer,
     names_used,
     unique_name,
 )
-from specdec.pipeline.onnx_edit import ensure_opset, retain
 from specdec.pipeline.quantize.packing import Packed
 
 

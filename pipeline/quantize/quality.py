@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from specdec.pipeline.bundle import GraphSpec
-from specdec.pipeline.calibration import MAX_EVAL_WINDOWS, CalibrationData, graph_info, prefill
+from specdec.pipeline.bundle.store import GraphSpec
+from specdec.pipeline.engine.graph import Graph
 from specdec.pipeline.errors import ValidationError, setting
-from specdec.pipeline.graph_io import SHARED_DATA, external_bytes
+from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes
+from specdec.pipeline.inputs.calibration import MAX_EVAL_WINDOWS, CalibrationData, graph_info, prefill
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.runtime.graph import Graph
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ EVAL_BUDGET = MAX_EVAL_WINDOWS * 128 * 40_000_000  # parameter-tokens
 EVAL_MIN_WINDOWS = 2
 
 
-# The batch-invariance probe (runtime/invariance.py: ~20 target calls, most of them single rows)
+# The batch-invariance probe (engine/invariance.py: ~20 target calls, most of them single rows)
 # took 2m18s of a 12-minute rtn run at 1.24B on a loaded machine. In quantize it is informational:
 # `specdec compile` measures it again on the graph that will run. Above this size it is left out.
 INVARIANCE_MAX_PARAMETERS = 200_000_000
@@ -140,9 +140,9 @@ def _engine_figures(bundle_dir: Path, prompts: list[list[int]], new_tokens: int,
     layout, to report what the exact layout protects against: the share of tokens that would
     differ from plain decoding there.
     """
+    from specdec.pipeline.engine.engine import Engine
     from specdec.pipeline.records.decode import DecodeConfig
-    from specdec.pipeline.runtime.engine import Engine
-    from specdec.pipeline.settings import bundle_requirements
+    from specdec.pipeline.settings.resolve import bundle_requirements
 
     engine = Engine(bundle_dir)
     exact = bool(bundle_requirements(engine.info.quantization).get("exact_layout")) if check_lossless else False
@@ -172,10 +172,10 @@ def _engine_figures(bundle_dir: Path, prompts: list[list[int]], new_tokens: int,
 
 
 def invariance(bundle_dir: Path) -> dict[str, Any]:
-    """Which batch invariance the quantized target has (runtime/invariance.py), on the graph as written."""
-    from specdec.pipeline.runtime.invariance import measure
-    from specdec.pipeline.runtime.manifest import read_bundle
-    from specdec.pipeline.runtime.runner import DynamicRunner
+    """Which batch invariance the quantized target has (engine/invariance.py), on the graph as written."""
+    from specdec.pipeline.engine.invariance import measure
+    from specdec.pipeline.engine.manifest import read_bundle
+    from specdec.pipeline.engine.runner import DynamicRunner
 
     target = read_bundle(bundle_dir).graphs["target"]
     return measure(DynamicRunner(target), target.vocab_size).as_dict()

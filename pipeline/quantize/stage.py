@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import onnx
 
-from specdec.pipeline import calibration
-from specdec.pipeline.bundle import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, Manifest, input_digests
+from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, Manifest, input_digests
 from specdec.pipeline.errors import BundleError, InputError, setting
-from specdec.pipeline.graph_io import describe_io, graph_files, load_external_data, load_graph, save_graph
-from specdec.pipeline.graph_query import Layer, find_layers, load_weight
+from specdec.pipeline.graphs.files import describe_io, graph_files, load_external_data, load_graph, save_graph
+from specdec.pipeline.graphs.query import Layer, find_layers, load_weight
+from specdec.pipeline.inputs import calibration
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.quantize import layer_stats, quality, w8a8
 from specdec.pipeline.quantize.algorithms import ALGORITHMS, LayerStats, QuantResult, QuantSpec, rtn
@@ -260,7 +260,7 @@ FORMATS: dict[WeightFormat, tuple[GraphQuantizer, str, str]] = {
 
 
 def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
-    from specdec.pipeline.text import TextCodec
+    from specdec.pipeline.inputs.text import TextCodec
 
     progress = progress or SilentProgress()
     _check_bundle(source)

@@ -1,5 +1,5 @@
 """The w8a8 weight format of `specdec quantize`: every linear layer to per-channel int8 weights
-multiplied by per-row uint8 activations (standard MatMulInteger, `pipeline/int8_matmul.py`).
+multiplied by per-row uint8 activations (standard MatMulInteger, `pipeline/graphs/int8_matmul.py`).
 
 No calibration: the weights are rounded to nearest per output column and the activation scales
 are computed from each row at run time. `--keep-float` patterns stay float as in the nbits format;
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from specdec.pipeline import int8_matmul
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.graph_query import Layer, load_weight
+from specdec.pipeline.graphs import int8_matmul
+from specdec.pipeline.graphs.query import Layer, load_weight
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.quantize.algorithms.base import relative_error
 from specdec.pipeline.quantize.config import QuantizeConfig

@@ -1,6 +1,6 @@
 """Typed records that cross stage, host and device boundaries: stdlib dataclasses, no torch, no pydantic.
 
-The host (bundle.py, the stages, the CLI) and the device runtime (pipeline/runtime/) share these
+The host (bundle.py, the stages, the CLI) and the device runtime (pipeline/engine/) share these
 definitions; `codec` validates plain JSON data into them (unknown keys are errors) and back.
 
 - `manifest`: manifest.json — `Manifest` and its sections, and `read_manifest`, its one reader.

@@ -2,7 +2,7 @@
 
 The field defaults here are the built-in defaults of every decode setting (tree 16 / 6 / 4,
 max_k 8, the articles' prune parameters); profiles, scenarios and CLI help refer to them, and
-`specdec.pipeline.settings` resolves the layers above them.
+`specdec.pipeline.settings.resolve` resolves the layers above them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class VerifyMode(str, enum.Enum):
 
 
 class DrafterKind(str, enum.Enum):
-    """Who proposes a round's token tree (runtime/drafter.py); verification is the same for all."""
+    """Who proposes a round's token tree (engine/drafter.py); verification is the same for all."""
 
     model = "model"  # the bundle's draft graph
     lookup = "lookup"  # prompt lookup: copies what followed earlier occurrences of the context's suffix
@@ -38,7 +38,7 @@ class DrafterKind(str, enum.Enum):
 
 
 class BanPolicy(str, enum.Enum):
-    """What a banned phrase does (runtime/processors/ban.py)."""
+    """What a banned phrase does (engine/processors/ban.py)."""
 
     mask = "mask"  # a token that would complete a banned phrase is never emitted
     refuse = "refuse"  # the reply stops where one would be completed, and is the refusal template instead
@@ -80,9 +80,9 @@ class DecodeConfig:
     lookup_min_ngram: int = 1
     # Bitwise-exact layout: every target call has at least two rows (plain steps get a pad row)
     # and trees are chains, so each token is computed by the same kernels on the same data
-    # whether it is decoded alone or verified in a round (see runtime/invariance.py).
+    # whether it is decoded alone or verified in a round (see engine/invariance.py).
     exact_layout: bool = False
-    # Constrained decoding (runtime/processors/): each constraint transforms the target's distribution
+    # Constrained decoding (engine/processors/): each constraint transforms the target's distribution
     # at every position given the prefix, in plain decoding, at every tree node and for the draft's
     # proposals alike, so speculative output equals plain output under the same constraints. Left out
     # of the JSON while unset, so records without them keep their shape.
@@ -152,7 +152,7 @@ class DecodeConfig:
 
     @property
     def constrained(self) -> bool:
-        """Whether any logits processor runs (runtime/processors/)."""
+        """Whether any logits processor runs (engine/processors/)."""
         return bool(self.ban) or self.json_schema is not None or self.regex is not None
 
     @property

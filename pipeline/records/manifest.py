@@ -2,7 +2,7 @@
 
 Stages write it (through `bundle.BundleWriter`, which adds the file hashes and the lineage entry),
 `bundle.Bundle.load` reads it and then verifies every file's sha256, and the device runtime reads
-it with the same function (`runtime/manifest.py` derives what the engine needs): stdlib
+it with the same function (`engine/manifest.py` derives what the engine needs): stdlib
 dataclasses validated by `records.codec`, so host and device accept exactly the same JSON and
 word its errors the same way.
 """
@@ -101,7 +101,7 @@ class GraphQuantization:
     embeddings: dict[str, LayerQuantization]
     summary: dict[str, int]  # layers per precision: int4, int8, float
     layers: dict[str, LayerQuantization]
-    # w8a8 and mixed: the w8a8 weights' range (7 bits: +-63, 8 bits: +-127; pipeline/int8_matmul.py says why)
+    # w8a8 and mixed: the w8a8 weights' range (7 bits: +-63, 8 bits: +-127; pipeline/graphs/int8_matmul.py says why)
     weight_bits: int | None = field(default=None, metadata=OMIT_DEFAULT)
     # mixed only: the weight format of each layer class (attention, mlp, head), as --mix asked
     mix: dict[str, str] | None = field(default=None, metadata=OMIT_DEFAULT)
@@ -122,7 +122,7 @@ class WeightFormat(str, enum.Enum):
     nbits: com.microsoft MatMulNBits, blockwise int4 (int8 for the head and first block), float
            or int8 (accuracy level 4) compute;
     w8a8:  per-channel int8 weights x per-row dynamic uint8 activations, standard MatMulInteger
-           with int32 accumulation (pipeline/int8_matmul.py): row-invariant, exact by construction.
+           with int32 accumulation (pipeline/graphs/int8_matmul.py): row-invariant, exact by construction.
     mixed: one of those per layer class (attention projections, MLP, output head; `quantize --mix`),
            each layer's record names its format.
     """

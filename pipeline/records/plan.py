@@ -1,9 +1,9 @@
 """The manifest's `plan` section: tuned decoding plans, one per device they were measured on.
 
 `specdec tune` (and `specdec bench` on a device the bundle has no plan for) measures the device's
-cost curve and the bundle's acceptance on it and chooses the tree (pipeline/runtime/tune/planner.py).
+cost curve and the bundle's acceptance on it and chooses the tree (pipeline/engine/tune/planner.py).
 A `DevicePlan` records what was measured and chosen; `TunePlan` holds one per device key, so a
-bundle tuned on two phones carries both. The settings resolver (pipeline/settings.py) uses the
+bundle tuned on two phones carries both. The settings resolver (pipeline/settings/resolve.py) uses the
 entry of the device a run is on, below explicit options and above scenario and profile.
 """
 

@@ -70,12 +70,12 @@ class BundleRef:
 @dataclass
 class RunSettings:
     decode: DecodeConfig
-    sources: dict[str, str]  # decode setting -> the layer that supplied it (see pipeline/settings.py)
+    sources: dict[str, str]  # decode setting -> the layer that supplied it (see pipeline/settings/resolve.py)
     prompts: int
     repeats: int
     prompt_ids: list[str]
     controllers: list[str]
-    # the logits processors every reply ran (runtime/processors/: "ban (mask)", "json_schema", ...)
+    # the logits processors every reply ran (engine/processors/: "ban (mask)", "json_schema", ...)
     processors: list[str] = field(default_factory=list, metadata=OMIT_DEFAULT)
 
 

@@ -21,15 +21,15 @@ import onnx
 from specdec.custom_ops import DOMAIN, VERSION
 from specdec.custom_ops.block_sparse_verify import block_sparse_verify
 from specdec.custom_ops.dynamic_tree_prune import dynamic_tree_prune
-from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
+from specdec.pipeline.bundle.store import Bundle, BundleWriter, input_digests
+from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK
+from specdec.pipeline.engine.runner import tree_mask
 from specdec.pipeline.errors import BundleError, ValidationError
-from specdec.pipeline.graph_io import describe_io, external_files, graph_files, load_graph
+from specdec.pipeline.graphs.files import describe_io, external_files, graph_files, load_graph
 from specdec.pipeline.passes import PASSES, prune_pass
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.records.manifest import CustomOpGraph, CustomOps
-from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK
-from specdec.pipeline.runtime.runner import tree_mask
 
 log = logging.getLogger(__name__)
 

@@ -13,13 +13,13 @@ import statistics
 from collections.abc import Mapping
 from typing import Any
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.engine.tune.measure import apply_choice
 from specdec.pipeline.records.codec import RecordError, from_dict
 from specdec.pipeline.records.manifest import GraphFlavour, Manifest
 from specdec.pipeline.records.plan import DevicePlan, TuneRequest
 from specdec.pipeline.records.results import PlanReport, PlanTerm
-from specdec.pipeline.runtime.tune.measure import apply_choice
-from specdec.pipeline.settings import DECODE_KEYS, ResolvedSettings, bundle_requirements
+from specdec.pipeline.settings.resolve import DECODE_KEYS, ResolvedSettings, bundle_requirements
 
 TREE_SETTINGS = ("tree_budget", "depth", "width")
 LOOKUP_SETTINGS = ("lookup_min_ngram", "lookup_max_ngram")

@@ -1,7 +1,7 @@
 """`specdec tune`: measure a device's cost curve and the bundle's acceptance on it, store the plan.
 
 The measuring runs where decoding will run — on the device, through the same push / run / pull
-path as `specdec bench` (the device runner's tune mode, pipeline/runtime/tune/measure.py) — and the
+path as `specdec bench` (the device runner's tune mode, pipeline/engine/tune/measure.py) — and the
 plan (records.plan.DevicePlan: cost curve with its fit, acceptance profile, chosen tree,
 predicted speedup, device identity) goes into a new bundle's manifest, keyed by the device.
 `generate` and `bench` then use it by default on that device; flags still override. A bundle
@@ -18,21 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline import profiles
-from specdec.pipeline.bundle import Bundle, BundleWriter, input_digests
+from specdec.pipeline.bundle.store import Bundle, BundleWriter, input_digests
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import DeviceError, InputError, setting
+from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, load_bench_prompts
+from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.launch import prepare_device
 from specdec.pipeline.ondevice.orchestrate import ProgressSink, run_on_device
 from specdec.pipeline.ondevice.payload import build_payload
-from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.prompts import CALIBRATION_PROMPTS, load_bench_prompts
 from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
-from specdec.pipeline.settings import run_settings
-from specdec.pipeline.text import TextCodec
+from specdec.pipeline.settings import profiles
+from specdec.pipeline.settings.profiles import RuntimeKind, Transport
+from specdec.pipeline.settings.resolve import run_settings
 from specdec.pipeline.tune import plans
 
 

@@ -51,7 +51,7 @@ def test_bad_invocations(tmp_path: Path, argv: list[str], code: int, needle: str
 
 
 def test_a_stray_write_error_is_still_one_line() -> None:
-    """Outputs go through pipeline/staging.py; an OSError of a write that slips past it maps the same way."""
+    """Outputs go through pipeline/bundle/staging.py; an OSError of a write that slips past it maps the same way."""
     import errno
 
     import typer

@@ -15,8 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline import generate as generate_module
-from specdec.pipeline.runtime.controllers import NAMES as CONTROLLER_NAMES
+from specdec.pipeline.engine.controllers import NAMES as CONTROLLER_NAMES
+from specdec.pipeline.generate import stage as generate_module
 
 runner = CliRunner()
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.profiles import load_scenario
 from specdec.pipeline.records.decode import BanPolicy
+from specdec.pipeline.settings.profiles import load_scenario
 
 
 def test_generate_with_constraints(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

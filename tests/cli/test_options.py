@@ -16,7 +16,7 @@ from specdec.cli.app import app
 from specdec.cli.console import command_options
 from specdec.pipeline.bench import BenchConfig
 from specdec.pipeline.compile import CompileConfig
-from specdec.pipeline.generate import GenerateConfig
+from specdec.pipeline.generate.stage import GenerateConfig
 from specdec.pipeline.tune import TuneConfig
 
 

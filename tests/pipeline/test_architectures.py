@@ -25,18 +25,18 @@ from support.tiny_models import NEW_ARCHS
 from transformers import AutoModelForCausalLM
 
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.compile.fused.weights import read_linears
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.fused import FusedRunner
+from specdec.pipeline.engine.fused_kv import ROUND_ROWS
+from specdec.pipeline.engine.manifest import read_bundle
+from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.packing import dequantize, unpack
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.fused import FusedRunner
-from specdec.pipeline.runtime.fused_kv import ROUND_ROWS
-from specdec.pipeline.runtime.manifest import read_bundle
-from specdec.pipeline.runtime.runner import DynamicRunner
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 # Phi-3 at 2 heads of 64 dims: 0.75 of a head rotates in a multiple of 16 dims, as GQA needs.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.pipeline.runtime.runner import Runner, causal, no_scratch
-from specdec.pipeline.runtime.tree import ancestor_matrix
+from specdec.pipeline.engine.runner import Runner, causal, no_scratch
+from specdec.pipeline.engine.tree import ancestor_matrix
 from support.trees import random_tree
 
 TOLERANCE = 1e-5

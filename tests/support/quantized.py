@@ -8,7 +8,7 @@ from typing import Any
 
 import onnx
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 

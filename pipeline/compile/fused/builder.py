@@ -24,7 +24,7 @@ export from the architecture registry, so nothing here branches on a model type:
   model's short factors with their attention scaling), a narrower table for partial rotary (GQA
   rotates the first 2 × width dims and passes the rest through; the width must be a multiple of
   8), and `do_rotary=0` for layers without rotary (SmolLM3's NoPE layers).
-- windowed layers get their own inputs and KV buffers (runtime/fused_kv.py explains why):
+- windowed layers get their own inputs and KV buffers (engine/fused_kv.py explains why):
 
 Contract (both roles):
   inputs  input_ids, position_ids int64 [1, q]; per layer group, full attention then windowed
@@ -48,12 +48,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline import int8_matmul
 from specdec.pipeline.compile.fused.weights import DecoderLayer, DecoderWeights, Linear, QuantWeight
+from specdec.pipeline.engine.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY
 from specdec.pipeline.errors import UnsupportedModelError
-from specdec.pipeline.graph_query import MS_DOMAIN
+from specdec.pipeline.graphs import int8_matmul
+from specdec.pipeline.graphs.query import MS_DOMAIN
 from specdec.pipeline.records.decoder import Activation, Decoder, NormStyle, Rope
-from specdec.pipeline.runtime.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY
 
 _ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16}
 
@@ -217,7 +217,7 @@ class _Decoder:
     # sees them at float16, so speculation would not equal plain decoding. In float16 throughout,
     # every row is seen as it is stored.
     half: bool = False
-    # GroupQueryAttention sees one row more than the call (runtime/fused_kv.py, PAD_ROW_KEY)
+    # GroupQueryAttention sees one row more than the call (engine/fused_kv.py, PAD_ROW_KEY)
     pad_row: bool = False
     _half_inputs: dict[str, str] = field(default_factory=dict)  # float32 graph input or table -> its float16 twin
     _padded_inputs: dict[str, str] = field(default_factory=dict)  # graph input -> its one-row-longer twin
@@ -400,7 +400,7 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     """The fused graph of `weights` under the contract in this module's docstring; with `kv_scales`
     (per layer: key and value scales [kv_heads, 1, head_dim]) its KV buffers are int8, with
     `half_kv` float16 (a float32 graph's attention then runs in float16). With `attention_pad_row`
-    GroupQueryAttention never runs a single row (runtime/fused_kv.py, PAD_ROW_KEY): what makes a
+    GroupQueryAttention never runs a single row (engine/fused_kv.py, PAD_ROW_KEY): what makes a
     w8a8 target's one-row plain steps bitwise equal to its chain rows."""
     record = weights.decoder
     reason = fused_blocker(record, weights.head_dim)

@@ -3,7 +3,7 @@
 Per role: read the decoder's weights out of the bundle graph (weights.py), emit the fused graph
 (builder.py), put back the custom op surgery inserted, save, and check it against the dynamic
 graph the way the runtime will run it (validate.py). For the target, also measure which batch
-invariance the graph has (runtime/invariance.py): it decides whether speculation on it is
+invariance the graph has (engine/invariance.py): it decides whether speculation on it is
 bitwise exact in the tree layout, or only in the exact (chain) layout.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specdec.pipeline.bundle import Bundle, Manifest
+from specdec.pipeline.bundle.store import Bundle, Manifest
 from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
 from specdec.pipeline.compile.fused.builder import build_decoder, row_exact_linears
@@ -23,16 +23,16 @@ from specdec.pipeline.compile.fused.kv_int8 import calibrate_scales
 from specdec.pipeline.compile.fused.validate import format_logits_error, validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
+from specdec.pipeline.engine.fused import FusedRunner
+from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.invariance import measure
+from specdec.pipeline.engine.manifest import bundle_info
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graph_io import describe_io, load_graph, save_graph
+from specdec.pipeline.graphs.files import describe_io, load_graph, save_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.kv_policy import KVDtype
 from specdec.pipeline.records.manifest import BucketTable, FusedGraph, GraphFlavour, OutputFormat
-from specdec.pipeline.runtime.fused import FusedRunner
-from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.invariance import measure
-from specdec.pipeline.runtime.manifest import bundle_info
 
 if TYPE_CHECKING:
     import onnx

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.pipeline.runtime.fused import FusedRunner
-from specdec.pipeline.runtime.runner import causal, no_scratch
+from specdec.pipeline.engine.fused import FusedRunner
+from specdec.pipeline.engine.runner import causal, no_scratch
 
 FLOOR = 1e-6  # a channel that never moves still needs a positive scale
 

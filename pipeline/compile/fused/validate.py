@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.manifest import GraphInfo
+from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
+from specdec.pipeline.engine.tree import ancestor_matrix
 from specdec.pipeline.errors import ValidationError
-from specdec.pipeline.runtime.graph import SessionOptions
-from specdec.pipeline.runtime.manifest import GraphInfo
-from specdec.pipeline.runtime.runner import DynamicRunner, Runner, causal, no_scratch
-from specdec.pipeline.runtime.tree import ancestor_matrix
 
 FP32_TOLERANCE = 1e-5
 FP16_TOLERANCE = 2e-2

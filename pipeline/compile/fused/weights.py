@@ -6,7 +6,7 @@ chose (AWQ/GPTQ/RTN codes, per-layer bits, the AWQ input scales). Layers are fou
 path torch records in each node's metadata (`model.layers.0.self_attn.q_proj`), which export
 writes and quantize keeps: a linear layer is a float `MatMul` (quantize/layers.find_layers) or a
 `MatMulNBits`, optionally behind AWQ's `Mul` by a constant and followed by a bias `Add`, or the w8a8
-format's MatMulInteger subgraph (pipeline/int8_matmul.py reads it back). Which
+format's MatMulInteger subgraph (pipeline/graphs/int8_matmul.py reads it back). Which
 modules to look for (packed projections, q/k norms, where the norms sit) comes from the graph's
 `Decoder` record (records/decoder.py); a norm's scale is whatever its module multiplies by, so
 Gemma's (1 + w), which the exporter folds into one constant, reads as the scale it is.
@@ -22,9 +22,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from specdec.pipeline import int8_matmul
 from specdec.pipeline.errors import UnsupportedModelError
-from specdec.pipeline.graph_query import MS_DOMAIN, attribute_value, find_layers, load_weight, module_name
+from specdec.pipeline.graphs import int8_matmul
+from specdec.pipeline.graphs.query import MS_DOMAIN, attribute_value, find_layers, load_weight, module_name
 from specdec.pipeline.records.decoder import Decoder
 
 

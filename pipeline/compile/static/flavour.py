@@ -17,7 +17,7 @@ with a second, window-sized KV shape.
 
 A window KV policy (records/kv_policy.py) is the same graphs over one context: a ring of
 S + W + room-for-a-round slots (compile/config.py `window_slots`), in which the runtime places rows
-and masks by position (runtime/static_window.py).
+and masks by position (engine/static_window.py).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import onnx
 
-from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
+from specdec.pipeline.bundle.store import Bundle, GraphSpec, Manifest
 from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import Activations, CompileSettings
 from specdec.pipeline.compile.fused.validate import format_logits_error
@@ -40,12 +40,12 @@ from specdec.pipeline.compile.static.graph import dynamic_dims, make_static, str
 from specdec.pipeline.compile.static.readiness import readiness
 from specdec.pipeline.compile.static.shared_weights import SharedWeights
 from specdec.pipeline.compile.static.validate import BucketValidator
+from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graph_io import describe_io, load_graph
+from specdec.pipeline.graphs.files import describe_io, load_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, GraphFlavour, OutputFormat
-from specdec.pipeline.runtime.manifest import read_bundle
 
 log = logging.getLogger(__name__)
 

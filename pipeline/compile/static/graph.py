@@ -16,8 +16,8 @@ import onnx
 from onnx import helper
 
 from specdec.custom_ops import DOMAIN
-from specdec.pipeline.onnx_edit import retain
-from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK
+from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK
+from specdec.pipeline.graphs.edit import retain
 
 _KV_OUT = re.compile(r"^present\.(\d+)\.(key|value)$")
 

@@ -1,7 +1,7 @@
 """The w8a8 format in QDQ form for the npu flavour (`specdec compile --target npu --activations static-qdq`).
 
 A w8a8 bundle computes each linear layer with per-row dynamic activation scales (ReduceMax, Round,
-Cast, MatMulInteger: pipeline/int8_matmul.py). NPU toolchains do not take that: they want the
+Cast, MatMulInteger: pipeline/graphs/int8_matmul.py). NPU toolchains do not take that: they want the
 QDQ form, QuantizeLinear/DequantizeLinear pairs with constant scales, from which each toolchain
 builds its own integer kernel. Each w8a8 linear becomes
 
@@ -21,7 +21,7 @@ the logits far more than a coarser step does; absmax keeps the error a rounding 
 beyond the calibrated range saturate at the code range's ends at run time.
 
 Exactness: the scales are constants, so a row's codes do not depend on the other rows of a call;
-the measured batch invariance (runtime/invariance.py) of the QDQ graph is recorded in the compile
+the measured batch invariance (engine/invariance.py) of the QDQ graph is recorded in the compile
 report. This is a different numeric format from dynamic w8a8 (a tensor-wide step instead of the
 row's own): its error against the dynamic w8a8 graph is measured on the held-out calibration text
 and recorded as lossy. The variants are validated against the dynamic w8a8 graph with the int8
@@ -42,11 +42,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline import calibration, int8_matmul
-from specdec.pipeline.bundle import Bundle, GraphSpec, Manifest
+from specdec.pipeline.bundle.store import Bundle, GraphSpec, Manifest
 from specdec.pipeline.errors import BundleError, InputError, setting
-from specdec.pipeline.graph_query import names_used, unique_name
-from specdec.pipeline.onnx_edit import retain
+from specdec.pipeline.graphs import int8_matmul
+from specdec.pipeline.graphs.edit import retain
+from specdec.pipeline.graphs.query import names_used, unique_name
+from specdec.pipeline.inputs import calibration
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +202,7 @@ def calibration_windows(manifest: Manifest, tokenizer_dir: Path) -> tuple[np.nda
     """(calibration windows, held-out windows, source): the bundle's own calibration text (quantize's
     lineage record, with its sample count capped at MAX_WINDOWS and its window length), else
     quantize's default text; quantize's own split, so the held-out windows were not calibrated on."""
-    from specdec.pipeline.text import TextCodec
+    from specdec.pipeline.inputs.text import TextCodec
 
     record = next((entry.config for entry in reversed(manifest.lineage) if entry.stage == "quantize"), {})
     recorded = (record.get("calib") or {}).get("path")
@@ -243,9 +244,9 @@ def write_qdq_graph(source: Path, scales: dict[str, float], out: Path) -> Path:
 def measure(reference: Path, qdq: Path, role: str, spec: GraphSpec, windows: list[np.ndarray]) -> dict[str, Any]:
     """The QDQ graph against the dynamic w8a8 graph on the held-out `windows`: logits error (the
     validator's metric), greedy mismatch, perplexity of both; and the target QDQ graph's batch invariance."""
-    from specdec.pipeline.runtime.graph import Graph, SessionOptions
-    from specdec.pipeline.runtime.invariance import measure as invariance
-    from specdec.pipeline.runtime.runner import DynamicRunner
+    from specdec.pipeline.engine.graph import Graph, SessionOptions
+    from specdec.pipeline.engine.invariance import measure as invariance
+    from specdec.pipeline.engine.runner import DynamicRunner
 
     want_graph = Graph(calibration.graph_info(role, spec, reference))
     got_graph = Graph(calibration.graph_info(role, spec, qdq))

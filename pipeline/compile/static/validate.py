@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.compile.fused.validate import int8_tolerance, same_ranking, tolerance_basis
+from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK, mask_feeds
+from specdec.pipeline.engine.runner import build_mask
+from specdec.pipeline.engine.tree import ancestor_matrix
 from specdec.pipeline.errors import ValidationError
-from specdec.pipeline.runtime.masks import FULL_MASK, SLIDING_MASK, mask_feeds
-from specdec.pipeline.runtime.runner import build_mask
-from specdec.pipeline.runtime.tree import ancestor_matrix
 
 # Relative to max(1, max|reference|): a different q changes onnxruntime's GEMM blocking, so
 # float32 sums are re-associated; on the demo target (logits up to ~20) that moves logits by

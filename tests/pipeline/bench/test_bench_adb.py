@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.errors import DeviceError, InputError
-from specdec.pipeline.profiles import RuntimeKind, Transport
 from specdec.pipeline.records.codec import dump
+from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 
 pytestmark = pytest.mark.adb
 runner = CliRunner()

@@ -12,7 +12,7 @@ from specdec.cli.app import app
 from specdec.pipeline.bench.analysis import HIGHER_IS_BETTER, LOWER_IS_BETTER
 from specdec.pipeline.bench.gates import REGRESSION_FIGURES
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.results import Figures, read_results
 

@@ -29,7 +29,7 @@ from specdec.pipeline.errors import DeviceError
 from specdec.pipeline.portable import remote
 from specdec.pipeline.portable.archive import RuntimeArchive
 from specdec.pipeline.portable.probe import run_probe
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.settings.profiles import Transport
 
 pytestmark = [pytest.mark.adb, pytest.mark.slow]
 COOL = {"cpu0": 36000, "gpu": 34000, "battery": 30000}  # below the profile's 40 °C start temperature

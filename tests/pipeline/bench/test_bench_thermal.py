@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.profiles import Transport
+from specdec.pipeline.settings.profiles import Transport
 
 pytestmark = pytest.mark.adb
 

@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline import generate
 from specdec.pipeline.bench import stage as bench_stage
-from specdec.pipeline.settings import ResolvedSettings, run_settings
+from specdec.pipeline.generate import stage as generate
+from specdec.pipeline.settings.resolve import ResolvedSettings, run_settings
 
 
 class _Resolved(Exception):

@@ -12,14 +12,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, OutputFormat, compile_bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.static import StaticRunner
 from specdec.pipeline.errors import BundleError, GenerationError, InputError
 from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.manifest import GraphFlavour
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.static import StaticRunner
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 SMALL = {"target": GraphFlavour.npu, "buckets": (4, 8, 16), "draft_buckets": (1, 4), "max_context": 96,

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle, compile_settings
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.fused import FusedRunner
+from specdec.pipeline.engine.runner import causal, no_scratch
 from specdec.pipeline.errors import GenerationError, UnsupportedModelError
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.fused import FusedRunner
-from specdec.pipeline.runtime.runner import causal, no_scratch
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 ARCHS = ("llama", "qwen2", "mistral")
@@ -215,7 +215,7 @@ def test_prompts_of_any_length_share_one_rebound_slot(fused) -> None:  # type: i
 
 def test_direct_calls_fall_back_to_the_public_iobinding_api() -> None:
     """Without onnxruntime's private pybind attributes the public calls are used, same arguments."""
-    from specdec.pipeline.runtime.fused_binding import _direct_calls
+    from specdec.pipeline.engine.fused_binding import _direct_calls
 
     calls: list[tuple[object, ...]] = []
 

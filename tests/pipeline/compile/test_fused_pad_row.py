@@ -18,9 +18,9 @@ from support.quantized import SMALL
 
 from specdec.pipeline.compile.fused.builder import build_decoder, row_exact_linears
 from specdec.pipeline.compile.fused.weights import DecoderWeights, read_decoder
-from specdec.pipeline.graph_io import load_graph
+from specdec.pipeline.engine.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY
+from specdec.pipeline.graphs.files import load_graph
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
-from specdec.pipeline.runtime.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY
 
 
 @pytest.fixture(scope="module")

@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from support.lockstep import Lockstep
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.fused import FusedRunner
+from specdec.pipeline.engine.fused_kv import ROUND_ROWS
+from specdec.pipeline.engine.manifest import read_bundle
+from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.errors import GenerationError, InputError
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVDtype, KVPolicy
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.fused import FusedRunner
-from specdec.pipeline.runtime.fused_kv import ROUND_ROWS
-from specdec.pipeline.runtime.manifest import read_bundle
-from specdec.pipeline.runtime.runner import DynamicRunner
 
 CONTEXT = 64
 SINKS, WINDOW = 2, 12

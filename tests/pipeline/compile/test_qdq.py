@@ -15,16 +15,16 @@ from support.quantized import SMALL, op_types
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline import int8_matmul
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
 from specdec.pipeline.compile.config import Activations
 from specdec.pipeline.compile.static import qdq
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.invariance import measure
+from specdec.pipeline.engine.static import StaticRunner
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.graphs import int8_matmul
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.invariance import measure
-from specdec.pipeline.runtime.static import StaticRunner
 
 NPU = {"target": GraphFlavour.npu, "buckets": (4, 8), "draft_buckets": (1, 4), "max_context": 96,
        "prefill_chunk": 16, "context_buckets": (48, 96)}

@@ -15,7 +15,7 @@ from standin.adbd import StandinDevice
 from standin.conftest import adb_env, adb_environ, make_standin, standin_device  # noqa: F401
 
 from specdec.pipeline.devices.adb import AdbDevice
-from specdec.pipeline.profiles import DeviceProfile
+from specdec.pipeline.settings.profiles import DeviceProfile
 
 MakeStandin = Callable[..., StandinDevice]
 

@@ -12,7 +12,7 @@ from specdec.pipeline.devices.adb_client import parse_devices
 from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.devices.registry import list_adb_devices, open_device, transports
 from specdec.pipeline.errors import DeviceError, InputError
-from specdec.pipeline.profiles import Transport, load_device
+from specdec.pipeline.settings.profiles import Transport, load_device
 
 from .conftest import MakeStandin, make_profile
 

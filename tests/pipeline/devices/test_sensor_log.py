@@ -12,7 +12,7 @@ from specdec.pipeline.devices.sensor_log import (
     header_lines,
     parse_sensor_log,
 )
-from specdec.pipeline.profiles import SensorSpec
+from specdec.pipeline.settings.profiles import SensorSpec
 
 FIELDS = (SensorField("current_now", "current", ""), SensorField("voltage_now", "voltage", ""),
           SensorField("status", "status", ""), SensorField("usb_online", "usb_online", ""),

@@ -12,7 +12,7 @@ from standin.adb_env import AdbServer
 from specdec.pipeline.devices import sensors
 from specdec.pipeline.devices.adb import AdbDevice
 from specdec.pipeline.devices.local import LocalDevice
-from specdec.pipeline.profiles import SensorSpec, ThermalSpec
+from specdec.pipeline.settings.profiles import SensorSpec, ThermalSpec
 
 from .conftest import MakeStandin, make_profile
 

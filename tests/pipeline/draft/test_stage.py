@@ -97,9 +97,9 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
     import onnx
     import onnxruntime as ort
 
-    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.bundle.store import Bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
-    from specdec.pipeline.graph_io import SHARED_DATA
+    from specdec.pipeline.graphs.files import SHARED_DATA
     from specdec.pipeline.ondevice.payload import bundle_files
 
     bundle = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "bundle"))

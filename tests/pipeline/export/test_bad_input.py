@@ -72,7 +72,7 @@ def test_padded_vocab_is_accepted_with_warning(pair_factory, tmp_path: Path) -> 
     tokenizer = make_tokenizer()
     padded = save(make_model("llama", len(tokenizer) + 16, 1), tokenizer, tmp_path / "padded-draft")
     _export(target, padded, tmp_path / "out")
-    from specdec.pipeline.bundle import Bundle
+    from specdec.pipeline.bundle.store import Bundle
 
     manifest = Bundle.load(tmp_path / "out").manifest
     assert manifest.graphs["draft"].vocab_size == len(tokenizer) + 16

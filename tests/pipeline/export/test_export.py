@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.export import stage as export_stage
 

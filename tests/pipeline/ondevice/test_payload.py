@@ -22,7 +22,7 @@ def test_zip_is_deterministic(tmp_path: Path) -> None:
     write_runtime_zip(tmp_path / "b.zip")
     assert (tmp_path / "a.zip").read_bytes() == (tmp_path / "b.zip").read_bytes()
     names = zipfile.ZipFile(tmp_path / "a.zip").namelist()
-    assert "specdec/pipeline/runtime/device_main.py" in names
+    assert "specdec/pipeline/engine/device_main.py" in names
     assert not any("function.py" in n or "bench/" in n for n in names)  # no onnxscript, no host code
 
 
@@ -46,7 +46,7 @@ def test_device_runner_runs_from_the_zip_alone(bench_bundle, tmp_path: Path) -> 
                 del sys.modules[name]
         for name in {BLOCKED!r}:
             sys.modules[name] = None
-        from specdec.pipeline.runtime import device_main
+        from specdec.pipeline.engine import device_main
         assert device_main.__file__.startswith({str(payload / "runtime.zip")!r}), device_main.__file__
         sys.exit(device_main.main([{str(payload / "run.json")!r}]))
     """)

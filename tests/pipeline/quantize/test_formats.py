@@ -13,16 +13,16 @@ from typer.testing import CliRunner
 
 from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
+from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.errors import BundleError, InputError
-from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
+from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.ondevice.payload import bundle_files
-from specdec.pipeline.profiles import load_device
 from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.quantize.config import WeightFormat
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
-from specdec.pipeline.runtime.engine import Engine
+from specdec.pipeline.settings.profiles import load_device
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 from specdec.pipeline.tune.plans import choose_format
 

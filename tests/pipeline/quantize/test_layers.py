@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline.graph_query import find_layers, load_weight
+from specdec.pipeline.graphs.query import find_layers, load_weight
 from specdec.pipeline.quantize.algorithms import LayerStats, QuantSpec, awq, rtn
 from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
 from specdec.pipeline.quantize.packing import pack

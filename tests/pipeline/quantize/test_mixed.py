@@ -12,18 +12,18 @@ from support.quantized import SMALL, op_types, quantized_and_fused
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
+from specdec.pipeline.bundle.summary import precision
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.int8_range import check_weight_range
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.generate import GenerateConfig, generate_settings
-from specdec.pipeline.profiles import load_device
+from specdec.pipeline.generate.stage import GenerateConfig, generate_settings
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.config import LayerClass, WeightFormat, layer_class
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.int8_range import check_weight_range
-from specdec.pipeline.settings import bundle_requirements
-from specdec.pipeline.summary import precision
+from specdec.pipeline.settings.profiles import load_device
+from specdec.pipeline.settings.resolve import bundle_requirements
 from specdec.pipeline.tune.plans import choose_format
 
 _WANTED = {LayerClass.attention: "w8a8", LayerClass.mlp: "nbits", LayerClass.head: "nbits"}
@@ -75,7 +75,7 @@ def _linear_matmuls(bundle, role: str) -> list[str]:  # type: ignore[no-untyped-
     """Op types of the nodes that the float graph's linear layers became (a float MatMul left: a miss)."""
     import onnx
 
-    from specdec.pipeline.graph_query import module_name
+    from specdec.pipeline.graphs.query import module_name
 
     model = onnx.load(str(bundle.path / f"{role}.onnx"))
     return [n.op_type for n in model.graph.node if layer_class(module_name(n) or "") is not None]

@@ -13,14 +13,14 @@ import onnx
 import pytest
 from support.quantized import SMALL, op_types
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.runner import causal_mask
 from specdec.pipeline.errors import BundleError, InputError, ValidationError
 from specdec.pipeline.quantize import QuantizeConfig, quality, quantize_bundle
 from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.manifest import BucketTable, OutputFormat
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.runner import causal_mask
 
 METHODS = ("rtn", "gptq", "awq")
 
@@ -193,7 +193,7 @@ def test_genai_layout_puts_every_target_layer_at_4_bits(bundle_factory, tmp_path
 def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """--graphs draft: the target file is copied unchanged, so plain output is the float bundle's; the
     draft alone is 4-bit, even at accuracy level 4 without the exact layout the int8 target would need."""
-    from specdec.pipeline.settings import bundle_requirements
+    from specdec.pipeline.settings.resolve import bundle_requirements
 
     source = quantized[0]
     config = QuantizeConfig(output=tmp_path / "q", graphs="draft", method="rtn", accuracy_level=4, **SMALL)
@@ -321,8 +321,8 @@ def test_graphs_with_external_data_quantize_like_inline_ones(pair_factory, bundl
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """A graph past the external-data threshold (1 GiB; lowered here) goes through surgery, the calibration
     probes and the save tensor by tensor, never as one proto: the result equals the inline graph's."""
-    from specdec.pipeline import graph_io
     from specdec.pipeline.export import ExportConfig, export_bundle, torch_graph
+    from specdec.pipeline.graphs import files as graph_io
     from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
     monkeypatch.setattr(graph_io, "EXTERNAL_DATA_BYTES", 4096)

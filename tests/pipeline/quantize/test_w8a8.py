@@ -12,17 +12,17 @@ from support.quantized import op_types, quantized_and_fused
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.engine.fused import FusedRunner
+from specdec.pipeline.engine.int8_range import x86_without_vnni
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.generate import GenerateConfig, Generator, generate_settings
-from specdec.pipeline.profiles import load_device
+from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
-from specdec.pipeline.runtime.fused import FusedRunner
-from specdec.pipeline.runtime.int8_range import x86_without_vnni
-from specdec.pipeline.settings import bundle_requirements
+from specdec.pipeline.settings.profiles import load_device
+from specdec.pipeline.settings.resolve import bundle_requirements
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 

@@ -13,12 +13,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.runtime.engine import Engine
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 
@@ -104,7 +104,7 @@ def test_newer_schema_is_refused(bundle_factory, tmp_path: Path) -> None:  # typ
 def test_survives_onnxsim_and_ort_format(surgered, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import onnxsim
 
-    from specdec.pipeline.graph_io import external_files
+    from specdec.pipeline.graphs.files import external_files
 
     _, bundle = surgered
     original = ort.InferenceSession(str(bundle.path / "target.onnx"))

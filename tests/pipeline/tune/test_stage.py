@@ -9,13 +9,13 @@ from typer.testing import CliRunner
 
 from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
-from specdec.pipeline.bundle import Bundle
+from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.devices.local import LocalDevice
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.generate import GenerateConfig, generate_settings
-from specdec.pipeline.profiles import load_device
+from specdec.pipeline.generate.stage import GenerateConfig, generate_settings
 from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import device_key
+from specdec.pipeline.settings.profiles import load_device
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 
 runner = CliRunner()

@@ -1,0 +1,1 @@
+"""Bundles on disk: reading and verifying them (store), opening outputs safely (staging), describing them (summary)."""

@@ -1,0 +1,215 @@
+"""`specdec pipeline [CONFIG.yaml]`: export -> surgery -> quantize -> compile -> bench from one file.
+
+Each stage writes `OUTPUT/NN-stage/`; a stage whose output already holds the fingerprint this
+run would write (same inputs, same config, same specdec) is reused instead of rebuilt. With no
+file, the built-in demo pair runs on the local device.
+
+The YAML's stage sections ARE the stage configs: a section takes exactly the fields and defaults
+of ExportConfig, SurgeryConfig, QuantizeConfig, CompileConfig or BenchConfig, validated by
+`records.codec` (unknown keys are errors, choices are enums) and by the config's own checks,
+plus `enabled` (all but export). What the chain decides itself is not a section key: `output`
+and `force` of every stage, export's `target`/`draft` and the `profile` of compile and bench
+(top-level keys). Two pipeline defaults differ from the commands' and are listed in
+`PIPELINE_DEFAULTS`: the articles' pairing (AWQ target, GPTQ draft) and 8 bench prompts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
+from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle, fingerprint, input_digests
+from specdec.pipeline.compile import CompileConfig, compile_bundle, compile_settings
+from specdec.pipeline.draft import DraftConfig, make_draft
+from specdec.pipeline.draft.report import read as read_draft_report
+from specdec.pipeline.draft.stage import resolve_target
+from specdec.pipeline.errors import BundleError, InputError
+from specdec.pipeline.export import ExportConfig, export_bundle
+from specdec.pipeline.export import checkpoint as ckpt
+from specdec.pipeline.progress import Progress, SilentProgress
+from specdec.pipeline.quantize.config import QuantizeConfig
+from specdec.pipeline.quantize.stage import quantize_bundle
+from specdec.pipeline.records.codec import RecordError, from_dict, parse
+from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+log = logging.getLogger(__name__)
+
+SECTIONS: dict[str, type] = {"export": ExportConfig, "surgery": SurgeryConfig, "quantize": QuantizeConfig,
+                             "compile": CompileConfig, "bench": BenchConfig}
+DRAFT_DIR = "00-draft"  # `draft: {from_target: {...}}`: the draft `specdec draft` makes first
+OUTPUT_DIRS = {"export": "01-export", "surgery": "02-surgery", "quantize": "03-quantize", "compile": "04-compile",
+               "bench": "bench"}
+TOP_LEVEL = ("target", "draft", "output", "profile")
+# Where the pipeline's defaults differ from the stage's own (the command's).
+PIPELINE_DEFAULTS: dict[str, dict[str, Any]] = {"quantize": {"draft_method": "gptq"}, "bench": {"limit": 8}}
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    output: Path
+    export: ExportConfig
+    surgery: SurgeryConfig
+    quantize: QuantizeConfig
+    compile: CompileConfig
+    bench: BenchConfig
+    skipped: frozenset[str] = frozenset()  # sections with `enabled: false` (or --no-bench)
+    from_target: DraftConfig | None = None  # the draft to make from the target before export
+
+    @property
+    def target(self) -> str:
+        return self.export.target
+
+    @property
+    def draft(self) -> str | None:
+        return self.export.draft
+
+    def enabled(self, stage: str) -> bool:
+        return stage not in self.skipped
+
+    def without(self, stage: str) -> PipelineConfig:
+        return dataclasses.replace(self, skipped=self.skipped | {stage})
+
+
+def load_config(path: Path | None, *, output: Path | None = None) -> PipelineConfig:
+    """The pipeline YAML (None: the demo pair); `output` overrides the file's output root."""
+    if path is None:
+        return build_config({}, output=output)
+    if not path.is_file():
+        raise InputError(f"pipeline config '{path}' does not exist", "pass a YAML file (see docs/pipeline.md)")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path} is not valid YAML ({' '.join(str(exc).split())})", "fix the file") from exc
+    try:
+        return build_config(data, output=output, base=path.parent)
+    except RecordError as exc:
+        raise InputError(f"{path}: {exc}", "fix the field (unknown keys are errors)") from exc
+    except InputError as exc:  # a stage config's own check
+        raise InputError(f"{path}: {exc.raw_problem}", exc.raw_fix) from exc
+
+
+def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) -> PipelineConfig:
+    """Validate parsed YAML into the stage configs; RecordError names the first bad field."""
+    if not isinstance(data, Mapping):
+        raise RecordError("", "the file must hold a mapping of top-level keys")
+    for key in data:
+        if key not in TOP_LEVEL and key not in SECTIONS:
+            raise RecordError(str(key), "Extra inputs are not permitted")
+    target: str = parse(str, data.get("target", ckpt.DEMO_NAME), "target")
+    # relative paths in the file are relative to the file; --out is relative to the working directory
+    root = output if output is not None else base / parse(Path, data.get("output", "specdec-out"), "output")
+    from_target = _from_target(data.get("draft"), target, root, base)
+    draft = str(from_target.output) if from_target else parse(str | None, data.get("draft"), "draft")
+    profile: str | None = parse(str | None, data.get("profile"), "profile")
+    skipped: set[str] = set()
+
+    def section(stage: str, **owned: Any) -> Any:
+        values = data.get(stage) or {}
+        if not isinstance(values, Mapping):
+            raise RecordError(stage, f"Input should be a mapping of {SECTIONS[stage].__name__} fields")
+        values = dict(values)
+        if stage != "export" and not parse(bool, values.pop("enabled", True), f"{stage}.enabled"):
+            skipped.add(stage)
+        owned = {"output": root / OUTPUT_DIRS[stage], "force": True, **owned}
+        for key in values:
+            if key in owned:
+                raise RecordError(f"{stage}.{key}", "is set by the pipeline, not in a section "
+                                  "(use the top-level target, draft, output and profile)")
+        return from_dict(SECTIONS[stage], {**PIPELINE_DEFAULTS.get(stage, {}), **values, **owned}, stage)
+
+    bench: BenchConfig = section("bench", profile=profile)
+    return PipelineConfig(
+        output=root,
+        export=section("export", target=target, draft=draft),
+        surgery=section("surgery"),
+        quantize=section("quantize"),
+        compile=section("compile", profile=bench.profile_name),  # compile for the device bench runs on
+        bench=bench,
+        skipped=frozenset(skipped),
+        from_target=from_target,
+    )
+
+
+def _from_target(value: Any, target: str, root: Path, base: Path) -> DraftConfig | None:
+    """`draft: {from_target: {DraftConfig fields}}`: make the draft (in OUTPUT/00-draft) from the target."""
+    if not isinstance(value, Mapping):
+        return None
+    if set(value) != {"from_target"}:
+        raise RecordError("draft", "Input should be a checkpoint path or {from_target: {...}} (specdec draft's "
+                                   "options)")
+    values = dict(value["from_target"] or {})
+    for key in ("target", "output", "force", "resume"):
+        if key in values:
+            raise RecordError(f"draft.from_target.{key}", "is set by the pipeline")
+    if values.get("calib") is not None:
+        values["calib"] = str(base / str(values["calib"]))
+    config: DraftConfig = from_dict(DraftConfig, {**values, "target": target, "output": root / DRAFT_DIR,
+                                                  "force": True}, "draft.from_target")
+    return config
+
+
+def _made_draft(config: DraftConfig, progress: Progress) -> None:
+    """Make the draft unless OUTPUT/00-draft already holds one made with the same options."""
+    report = read_draft_report(config.output)
+    if report is not None and report.get("config") == config.record() and \
+            report.get("target") == str(resolve_target(config.target)):
+        log.info("reusing the draft in %s", config.output)
+        return
+    make_draft(config, progress)
+
+
+def _reusable(out: Path, expected: str) -> Bundle | None:
+    if not (out / MANIFEST_NAME).is_file():
+        return None
+    try:
+        bundle = Bundle.load(out)
+    except BundleError as exc:
+        log.warning("rebuilding %s: %s", out, exc.problem)
+        return None
+    return bundle if bundle.manifest.fingerprint == expected else None
+
+
+def _stage(name: str, out: Path, expected: str, build: Callable[[], Bundle],
+           report: Callable[[str, Bundle, bool], None]) -> Bundle:
+    reused = _reusable(out, expected)
+    if reused is not None:
+        report(name, reused, True)
+        return reused
+    bundle = build()
+    report(name, bundle, False)
+    return bundle
+
+
+def run_pipeline(config: PipelineConfig, progress: Progress | None = None,
+                 report: Callable[[str, Bundle, bool], None] | None = None) -> tuple[Bundle, BenchOutcome | None]:
+    progress = progress or SilentProgress()
+    report = report or (lambda name, bundle, reused: None)
+    if config.from_target is not None:
+        _made_draft(config.from_target, progress)
+    export = config.export
+    bundle = _stage("export", export.output, fingerprint("export", export.record(), export.input_digests),
+                    lambda: export_bundle(export, progress), report)
+    if config.enabled("surgery"):
+        surgery, source = config.surgery, bundle
+        bundle = _stage("surgery", surgery.output, fingerprint("surgery", surgery.record(), input_digests(source)),
+                        lambda: surgery_bundle(surgery, source, progress), report)
+    if config.enabled("quantize"):
+        quantize, source = config.quantize, bundle
+        bundle = _stage("quantize", quantize.output,
+                        fingerprint("quantize", quantize.record(), input_digests(source)),
+                        lambda: quantize_bundle(quantize, source, progress), report)
+    if config.enabled("compile"):
+        compile_config, source = config.compile, bundle
+        bundle = _stage("compile", compile_config.output,
+                        fingerprint("compile", compile_settings(compile_config, source.manifest).record(),
+                                    input_digests(source)),
+                        lambda: compile_bundle(compile_config, source, progress), report)
+    outcome = run_bench(config.bench, bundle) if config.enabled("bench") else None
+    return bundle, outcome

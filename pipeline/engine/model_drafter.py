@@ -1,0 +1,219 @@
+"""The draft-model drafter: one draft forward per level, DynamicTreePrune, best-first selection.
+
+The draft cache holds every committed token except `pending` ones (accepted tokens the draft
+never ran: at most the last of a round's path, or tokens decoded plainly). A round feeds
+`pending + [root]` at level 0, then each level's frontier, each node seeing the committed
+cache, the pending tokens and its own ancestors among the round's scratch slots.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specdec.custom_ops.dynamic_tree_prune import dynamic_tree_prune
+from specdec.pipeline.engine.drafter import DraftResult, RoundPlan
+from specdec.pipeline.engine.processors.base import Constraints
+from specdec.pipeline.engine.rng import Randomness, Stream
+from specdec.pipeline.engine.runner import Runner, causal
+from specdec.pipeline.engine.stats import COMMIT, DRAFT, PROCESS, PRUNE, RoundStats, StageClock
+from specdec.pipeline.engine.tree import CandidatePool
+from specdec.pipeline.records.decode import DecodeConfig, VerifyMode
+
+_LEVEL_STRIDE = 64  # draft-stream index = round start * stride + level
+
+
+def restrict(
+    ids: np.ndarray, logprob: np.ndarray, vocab: int, top_k: int, top_p: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Apply the user's top-k / top-p to draft candidates and drop ids the target lacks.
+
+    Works on DynamicTreePrune's small outputs, so it is the same whether the op ran on the host
+    or inside the graph. The result is renormalised: it is the proposal distribution q.
+    """
+    ids = ids.copy()
+    ids[ids >= vocab] = -1
+    if top_k > 0:
+        ids[:, top_k:] = -1
+    valid = ids >= 0
+    logprob = np.where(valid, logprob.astype(np.float64), -np.inf)
+    if top_p < 1.0:
+        probs = np.exp(logprob - np.logaddexp.reduce(logprob, axis=-1, keepdims=True))
+        before = np.cumsum(probs, axis=-1) - probs  # mass of the better candidates
+        valid &= before < top_p
+        ids[~valid] = -1
+        logprob = np.where(valid, logprob, -np.inf)
+    alive = valid.any(axis=-1, keepdims=True)  # rows whose every candidate was out of vocabulary stay empty
+    norm = np.where(alive, np.logaddexp.reduce(np.where(alive, logprob, 0.0), axis=-1, keepdims=True), 0.0)
+    return ids, np.where(valid, logprob - norm, -np.inf)
+
+
+class ModelDrafter:
+    """The bundle's draft graph as a drafter (engine/drafter.py's interface)."""
+
+    name = "model"
+
+    def __init__(self, runner: Runner, target_vocab: int) -> None:
+        self.runner = runner
+        self.target_vocab = target_vocab
+        self.pending: list[int] = []
+        self.beta_base: float | None = None  # this round's plan override
+        self.constraints: Constraints | None = None  # the reply's logits processors (engine/processors/)
+
+    def constrain(self, constraints: Constraints | None) -> None:
+        self.constraints = constraints
+
+    def reset(self, prompt: list[int], first: int = -1) -> None:
+        # The draft's prefill happens in the first round's level 0, saving a call; `first` is
+        # that round's root, fed then.
+        self.runner.reset()
+        self.pending = list(prompt)
+
+    def fit(self, plan: RoundPlan) -> RoundPlan:
+        # the draft feeds pending + root, then at most `width` nodes per further level
+        room = self.runner.max_context - self.runner.length - len(self.pending) - 1
+        # a window policy's static slots hold the round's scratch rows beside the window
+        round_room = getattr(self.runner, "round_room", None)
+        if round_room is not None:
+            room = min(room, round_room(len(self.pending) + 1))
+        depth = min(plan.depth, 1 + room // max(plan.width, 1)) if room >= 0 else 0
+        return RoundPlan(plan.budget, depth, plan.width, plan.beta_base)
+
+    def skip(self, root: int, emitted: list[int], stats: RoundStats) -> None:
+        # Keep the draft in step without running it: the fed token joins its pending list.
+        self.pending.append(root)
+
+    def _forward_candidates(
+        self, tokens: np.ndarray, positions: np.ndarray, scratch_visible: np.ndarray, new_visible: np.ndarray,
+        rows: slice, config: DecodeConfig, stats: RoundStats,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One draft forward and DynamicTreePrune on `rows`: in the graph when surgery put it there."""
+        clock = StageClock(stats)
+        p = config.prune
+        beta = p.beta_base if self.beta_base is None else self.beta_base
+        scalars = {"temperature": config.draft_temperature, "entropy_low": p.entropy_low,
+                   "entropy_high": p.entropy_high, "beta_base": beta, "rho_min": p.rho_min, "rho_max": p.rho_max}
+        with clock(DRAFT):
+            if self.runner.has_prune:
+                _, extras = self.runner.forward(
+                    tokens, positions, scratch_visible, new_visible,
+                    extra_inputs={k: np.array(v, np.float32) for k, v in scalars.items()},
+                    extra_outputs=("cand_ids", "cand_logprob"), with_logits=False,
+                )
+                ids, logprob = extras["cand_ids"][rows], extras["cand_logprob"][rows]
+            else:
+                logits, _ = self.runner.forward(tokens, positions, scratch_visible, new_visible)
+        stats.draft_calls += 1
+        stats.bytes_out += self.runner.last_bytes_out
+        with clock(PRUNE):
+            if not self.runner.has_prune:
+                assert logits is not None
+                ids, logprob, _keep, _entropy = dynamic_tree_prune(logits[rows], max_k=p.max_k, **scalars)
+            return restrict(ids, logprob, self.target_vocab, config.top_k, config.top_p)
+
+    def draft(self, root: int, root_position: int, plan: RoundPlan, config: DecodeConfig,
+              rand: Randomness, round_key: int, stats: RoundStats, pool: CandidatePool | None = None
+              ) -> DraftResult:
+        """Expand the tree level by level, into `pool` when given (lookup chains grafted already)."""
+        clock = StageClock(stats)
+        self.beta_base = plan.beta_base
+        sampled = config.effective_mode is VerifyMode.rrs
+        pool = pool if pool is not None else CandidatePool(root)
+        feed = [*self.pending, root]
+        positions = np.arange(root_position - len(self.pending), root_position + 1)
+        ids, logprob = self._forward_candidates(
+            np.array(feed), positions, np.zeros((len(feed), 0), bool), causal(len(feed)), slice(-1, None), config,
+            stats,
+        )
+        pool.nodes[0].draft_slot = len(feed) - 1
+        dists: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        frontier = [0]
+        for level in range(plan.depth):
+            if self.constraints is not None:  # proposals comply with the target's constraints
+                with clock(PROCESS):
+                    ids, logprob = self._constrain(pool, frontier, ids, logprob)
+            with clock(PRUNE):
+                created: list[int] = []
+                gumbel = self._gumbel(rand, round_key, level, ids.shape) if sampled else None
+                for row, node in enumerate(frontier):
+                    dists[node] = (ids[row], logprob[row])
+                    order = np.flatnonzero(ids[row] >= 0)
+                    if gumbel is not None:  # draws without replacement, in draw order
+                        order = order[np.argsort(-(logprob[row][order] + gumbel[row][order]), kind="stable")]
+                    created += pool.add_children(node, ids[row][order], logprob[row][order])
+                frontier = pool.best(created, plan.width)
+            if level + 1 == plan.depth or not frontier or self._cannot_improve(pool, created, plan.budget,
+                                                                               config.exact_layout, level):
+                break
+            slots = self.runner.scratch
+            tokens = np.array([pool.nodes[i].token for i in frontier])
+            positions = np.array([root_position + pool.nodes[i].depth for i in frontier])
+            ids, logprob = self._forward_candidates(
+                tokens, positions, self._scratch_visibility(pool, frontier, slots), np.eye(len(frontier), dtype=bool),
+                slice(None), config, stats,
+            )
+            for offset, node in enumerate(frontier):
+                pool.nodes[node].draft_slot = slots + offset
+        with clock(PRUNE):
+            tree = pool.select(plan.budget, sibling_prefix=sampled, chain=config.exact_layout)
+            width = ids.shape[1]
+            dist_ids = np.full((tree.size, width), -1, np.int64)
+            dist_logprob = np.full((tree.size, width), -np.inf)
+            for position, candidate in enumerate(tree.source.tolist()):
+                if candidate in dists:
+                    dist_ids[position], dist_logprob[position] = dists[candidate]
+        return DraftResult(tree, dist_ids, dist_logprob, slots_before_tree=len(feed))
+
+    def _constrain(self, pool: CandidatePool, frontier: list[int], ids: np.ndarray, logprob: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """Each frontier node's candidates restricted to what the constraints allow after its path."""
+        assert self.constraints is not None
+        return self.constraints.filter_candidates([pool.path(node) for node in frontier], ids, logprob)
+
+    def _scratch_visibility(self, pool: CandidatePool, frontier: list[int], slots: int) -> np.ndarray:
+        """Each frontier node sees the pending tokens and its ancestors' scratch slots."""
+        visible = np.zeros((len(frontier), slots), dtype=bool)
+        visible[:, : len(self.pending)] = True
+        for row, node in enumerate(frontier):
+            ancestor = pool.nodes[node].parent
+            while ancestor >= 0:
+                visible[row, pool.nodes[ancestor].draft_slot] = True
+                ancestor = pool.nodes[ancestor].parent
+        return visible
+
+    @staticmethod
+    def _cannot_improve(pool: CandidatePool, created: list[int], budget: int, chain: bool, level: int) -> bool:
+        """Path log-probs only fall with depth: stop once the newest level cannot make the cut.
+
+        A chain (the exact layout) takes one child per level whatever its siblings score, so only
+        its length can run out of budget: ranking it against siblings it will never take cut chains
+        to 3.9 of a planned 6 nodes on a draft whose every token was accepted (benchmarks/RESULTS.md,
+        2026-12-04).
+        """
+        if chain:
+            return level + 2 >= budget  # the root and level + 1 drafted nodes fill the budget
+        if not created or len(pool.nodes) <= budget:
+            return False
+        best_new = max(pool.nodes[i].path_logprob for i in created)
+        scores = sorted((n.path_logprob for n in pool.nodes[1:]), reverse=True)
+        return best_new < scores[budget - 2] if budget >= 2 else True
+
+    @staticmethod
+    def _gumbel(rand: Randomness, round_key: int, level: int, shape: tuple[int, ...]) -> np.ndarray:
+        u = rand.uniforms(Stream.draft, round_key * _LEVEL_STRIDE + level, int(np.prod(shape)))
+        u = np.clip(u, 1e-300, 1.0 - 1e-16)
+        gumbel: np.ndarray = -np.log(-np.log(u)).reshape(shape)
+        return gumbel
+
+    def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats) -> None:
+        """Keep pending + root + the accepted nodes the draft ran; the rest become pending."""
+        with StageClock(stats)(COMMIT):
+            keep = list(range(result.slots_before_tree))
+            pending: list[int] = []
+            for node in path[1:]:
+                slot = int(result.tree.draft_slot[node])
+                if slot >= 0 and not pending:
+                    keep.append(slot)
+                else:
+                    pending.append(int(result.tree.tokens[node]))
+            self.runner.commit(keep)
+            self.pending = pending

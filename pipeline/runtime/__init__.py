@@ -1,1 +1,0 @@
-"""Torch-free decoding runtime: numpy + onnxruntime + stdlib only, so it runs on the device."""

@@ -1,0 +1,92 @@
+"""`specdec pipeline`: every stage from one YAML, unchanged stages reused, bad configs refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from specdec.cli.app import app
+from specdec.pipeline.chain.stage import load_config, run_pipeline
+from specdec.pipeline.errors import InputError
+
+runner = CliRunner()
+
+
+def _config_file(tmp_path: Path, target: Path, draft: Path) -> Path:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"""
+target: {target}
+draft: {draft}
+output: out
+quantize: {{method: rtn, draft_method: rtn, calib_samples: 4, calib_seq_len: 32}}
+compile: {{buckets: [4, 8, 16], draft_buckets: [1, 4], max_context: 96, prefill_chunk: 16, format: onnx}}
+bench: {{limit: 2, max_new_tokens: 12, asserts: [lossless], cooldown: false}}
+""")
+    return path
+
+
+@pytest.mark.slow
+def test_pipeline_runs_every_stage_and_reuses_them(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    target, draft = pair_factory("llama")
+    config = load_config(_config_file(tmp_path, target, draft))
+    seen: list[tuple[str, bool]] = []
+    bundle, outcome = run_pipeline(config, report=lambda name, b, reused: seen.append((name, reused)))
+    assert seen == [(s, False) for s in ("export", "surgery", "quantize", "compile")]
+    assert bundle.stages() == ["export", "surgery", "quantize", "compile"]
+    assert outcome is not None and not outcome.failed_gates
+    results = json.loads((tmp_path / "out" / "bench" / "results.json").read_text())
+    assert results["bundle"]["compiled"] and results["bundle"]["quantized"] and results["lossless"]["equal"]
+    seen.clear()
+    result = runner.invoke(app, ["pipeline", str(tmp_path / "pipeline.yaml"), "--no-bench"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("reused") == 4  # nothing changed: nothing rebuilt
+
+
+def test_bad_pipeline_configs(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: demo\nquantise: {method: awq}\n")
+    with pytest.raises(InputError, match="'quantise': Extra inputs are not permitted"):
+        load_config(bad)
+    bad.write_text("quantize: {method: int3}\n")
+    with pytest.raises(InputError, match="quantize.method"):
+        load_config(bad)
+    with pytest.raises(InputError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    result = runner.invoke(app, ["pipeline", str(bad)])
+    assert result.exit_code == 2 and "quantize.method" in result.output
+
+
+def test_default_is_the_demo_pair() -> None:
+    config = load_config(None)
+    assert config.target == "demo" and config.bench.device.value == "local"
+
+
+def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("export: {no_draft: true}\nbench: {drafter: model+lookup, lookup_max_ngram: 4}\n")
+    config = load_config(path)
+    assert config.export.target_only and config.export.sources() == {"target": "demo"}
+    assert config.bench.drafter is not None and config.bench.drafter.value == "model+lookup"
+    assert config.bench.lookup_max_ngram == 4
+    path.write_text("bench: {drafter: ngram}\n")
+    with pytest.raises(InputError, match="bench.drafter"):
+        load_config(path)
+
+
+def test_draft_from_target_section(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("target: demo\noutput: out\ndraft: {from_target: {layers: 2, steps: 10, calib: text.txt}}\n")
+    config = load_config(path)
+    assert config.from_target is not None and config.from_target.layers == 2 and config.from_target.steps == 10
+    assert config.from_target.output == tmp_path / "out" / "00-draft" and config.draft == str(config.from_target.output)
+    assert config.from_target.calib == tmp_path / "text.txt"
+    for bad, where in (("{from_target: {layer: 2}}", "draft.from_target.layer"),
+                       ("{from_target: {output: x}}", "draft.from_target.output"),
+                       ("{make: {}}", "'draft'"),
+                       ("{from_target: {ffn: 100}}", "ffn 100")):
+        path.write_text(f"target: demo\ndraft: {bad}\n")
+        with pytest.raises(InputError, match=where):
+            load_config(path)
