@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -16,8 +17,9 @@ def export(
     output: options.BundleOutput,
     draft: str = typer.Option(
         None, "--draft", "-d",
-        help="Draft checkpoint directory (default with 'demo': its draft; otherwise none: a target-only bundle "
-             "that speculates with --drafter lookup).",
+        help="Draft checkpoint directory: a Hugging Face model, or a feature draft (EAGLE-style, docs/draft.md; the "
+             "target then also outputs its hidden states). Default with 'demo': its draft; otherwise none: a "
+             "target-only bundle that speculates with --drafter lookup.",
     ),
     no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo')."),
     opset: int = typer.Option(18, help="ONNX opset."),
@@ -27,10 +29,15 @@ def export(
     share_tensors: bool = typer.Option(True, "--share-tensors/--no-share-tensors",
                                        help="Store tensors identical in target and draft once, in shared.data "
                                             "(--no-share-tensors: each graph holds its own copy)."),
+    draft_vocab: Path = typer.Option(
+        None, "--draft-vocab", dir_okay=False,
+        help="A reduced vocabulary for a model draft: target token ids (.npy, or whitespace-separated text) its "
+             "head keeps; it then proposes only those, and the target still verifies over every token. A feature "
+             "draft carries its own."),
 ) -> None:
-    """Export a Hugging Face target (+ draft) to a validated ONNX bundle."""
+    """Export a Hugging Face target (+ draft, or a feature draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
-                          force=force, validate=validate, share_tensors=share_tensors)
+                          force=force, validate=validate, share_tensors=share_tensors, draft_vocab=draft_vocab)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))
     report = bundle.manifest.reports.get("export", {}).get("validation")
     if isinstance(report, dict):

@@ -34,7 +34,10 @@ MANIFEST_NAME = "manifest.json"
 # bundle's `buckets.kv_policy` is written only where it is not the full cache, so bundles without
 # it read as full. 5: `variants`, the target in further weight formats (quantize --format a,b), and a
 # plan's `weight_format`; written only where a bundle has them, so older bundles load unchanged.
-MANIFEST_SCHEMA = 5
+# 6: `draft` (DraftSpec): the draft's kind (a model, or a feature draft that reads the target's
+# `hidden_states`) and its reduced vocabulary file; written only where a bundle has either, so a
+# bundle without it reads as a model draft over the target's whole vocabulary (older ones included).
+MANIFEST_SCHEMA = 6
 
 
 @dataclass
@@ -273,6 +276,46 @@ class BucketTable:
         return sorted(files)
 
 
+# ---- the draft (written by export) ----------------------------------------------------------------
+
+class DraftKind(str, enum.Enum):
+    """What the draft graph is (docs/drafters.md).
+
+    model:   a small language model: (input_ids, its KV) -> logits;
+    feature: an EAGLE-style feature draft (pipeline/draft/feature_model.py): (input_ids, the target's
+             `hidden_states`, its KV) -> logits and `hidden_out`, its guess of the next feature;
+             the target graph then outputs `hidden_states` for every row it computes.
+    """
+
+    model = "model"
+    feature = "feature"
+
+
+DRAFT_VOCAB_FILE = "draft_vocab.npy"
+
+
+@dataclass
+class DraftVocab:
+    """A reduced draft vocabulary: the draft's logits cover `size` target ids, listed (increasing, int64)
+    in the bundle file `file` (numpy .npy), draft row i standing for target id file[i]."""
+
+    file: str
+    size: int
+
+
+@dataclass
+class DraftSpec:
+    kind: DraftKind = DraftKind.model
+    # feature: the target decoder layer (0-based) whose output, before the final norm, is the feature
+    feature_layer: int | None = field(default=None, metadata=OMIT_DEFAULT)
+    hidden_size: int | None = field(default=None, metadata=OMIT_DEFAULT)  # feature: H of hidden_states
+    vocab: DraftVocab | None = field(default=None, metadata=OMIT_DEFAULT)  # None: the target's vocabulary
+
+    @property
+    def is_feature(self) -> bool:
+        return self.kind is DraftKind.feature
+
+
 # ---- the manifest ---------------------------------------------------------------------------------
 
 @dataclass
@@ -355,6 +398,13 @@ class Manifest:
     plan: TunePlan | None = field(default=None, metadata=OMIT_DEFAULT)  # tune: plans per device
     # quantize: the target in further weight formats, by WeightFormat value (TargetVariant)
     variants: dict[str, TargetVariant] = field(default_factory=dict, metadata=OMIT_DEFAULT)
+    # export: the draft's kind and vocabulary where it is not a model draft over the whole vocabulary
+    draft: DraftSpec | None = field(default=None, metadata=OMIT_DEFAULT)
+
+    @property
+    def draft_spec(self) -> DraftSpec:
+        """The draft's kind and vocabulary (a bundle without the record: a model draft, full vocabulary)."""
+        return self.draft if self.draft is not None else DraftSpec()
 
     @property
     def fingerprint(self) -> str:
