@@ -89,6 +89,11 @@ def default_op_inputs(q: int) -> dict[str, np.ndarray]:
 
 
 OP_INPUT_NAMES = frozenset(default_op_inputs(0))
+# Graph inputs with a row per query token that callers fill besides input_ids and position_ids: a
+# feature draft's features (pipeline/draft/feature_model.py), [1, q, hidden].
+HIDDEN_STATES = "hidden_states"
+HIDDEN_OUT = "hidden_out"
+ROW_INPUT_NAMES = frozenset({HIDDEN_STATES})
 
 
 class Graph:

@@ -63,11 +63,13 @@ def bundle_files(bundle: Bundle, weight_format: str | None = None) -> list[str]:
     """Files the runtime opens: the buckets of a compiled bundle, else the dynamic graphs; of a bundle
     that carries its target in several weight formats, only `weight_format`'s (None: its own)."""
     manifest = bundle.manifest.with_format(weight_format)
+    vocab = manifest.draft_spec.vocab  # a reduced draft vocabulary: the engine maps candidates through it
+    extra = [vocab.file] if vocab is not None else []
     if manifest.buckets is not None:
-        return manifest.buckets.files()
+        return sorted({*manifest.buckets.files(), *extra})
     files = graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
     # tensors target and draft share (export): the graphs reference them in SHARED_DATA
-    return sorted({*files, SHARED_DATA}) if SHARED_DATA in manifest.files else files
+    return sorted({*files, *extra, *([SHARED_DATA] if SHARED_DATA in manifest.files else [])})
 
 
 def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:
