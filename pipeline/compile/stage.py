@@ -86,6 +86,11 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
     manifest = source.manifest.copy()
     settings = compile_settings(config, manifest)
+    if manifest.draft_spec.is_feature and settings.flavour is not GraphFlavour.cpu:
+        # its static bucket variants would need the features as one more static input and output per
+        # variant, and the static runner a feature row per slot: not built yet
+        raise UnsupportedModelError(f"the {settings.flavour.value} flavour cannot run a feature draft yet",
+                                    "compile with --target cpu (fused graphs; the feature draft included)")
     if manifest.variants and settings.flavour is not GraphFlavour.cpu:
         raise InputError(f"the {settings.flavour.value} flavour builds one weight format, and the bundle's target "
                          f"is in {', '.join(manifest.weight_formats())}",

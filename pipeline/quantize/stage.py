@@ -12,6 +12,7 @@ Everything else in the bundle (tokenizer, custom-op functions) is copied unchang
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import numpy as np
 import onnx
 
 from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, Manifest, input_digests
+from specdec.pipeline.engine.graph import Graph
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.graphs.files import describe_io, graph_files, load_external_data, load_graph, save_graph
 from specdec.pipeline.graphs.query import Layer, find_layers, load_weight
@@ -153,7 +155,8 @@ def _nbits_rewrites(model: onnx.ModelProto, source: Path, role: str, spec: Graph
                 with progress.task(f"{role}: calibrating {len(wanted_now)} layer inputs on "
                                    f"{data.windows.shape[0]} samples", total=data.windows.shape[0]) as windows, \
                         calibration.probe_graph(source, role, spec, list(wanted_now), workdir) as graph:
-                    stats = layer_stats.collect(graph, wanted_now, data.windows, config.seed, windows.advance)
+                    stats = layer_stats.collect(graph, wanted_now, data.windows, config.seed, windows.advance,
+                                                features=data.features if calibration.reads_features(spec) else None)
             readers = Counter(plan.layer.input for plan in members)
             for plan in members:
                 rewrite, record = _quantize_layer(model, plan, stats.get(plan.layer.input), config, method.value,
@@ -290,6 +293,12 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
                                    encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()),
                                    eval_limit=quality.eval_window_count(parameters, config.calib_seq_len,
                                                                         config.eval_windows))
+        if "draft" in roles and calibration.reads_features(manifest.graphs["draft"]) \
+                and ALGORITHMS[config.method_for("draft")].needs:
+            with progress.task("computing the feature draft's calibration features from the float target"):
+                target = Graph(calibration.graph_info("target", manifest.graphs["target"], source.graph_path("target")))
+                data = dataclasses.replace(data, features=calibration.draft_features(target, list(data.windows)))
+                del target
         # graphs left out of --graphs are copied byte for byte (the bundle's hashes show it)
         writer.copy_from(source, exclude=graph_files(source.manifest.files,
                                                      (manifest.graphs[role].file for role in roles)))

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 from specdec.pipeline.bundle.store import Bundle, Manifest
 from specdec.pipeline.compile import kv_quality
 from specdec.pipeline.compile.config import CompileSettings
-from specdec.pipeline.compile.fused.builder import build_decoder, row_exact_linears
+from specdec.pipeline.compile.fused.builder import FeatureOutput, build_decoder, row_exact_linears
 from specdec.pipeline.compile.fused.kv_int8 import calibrate_scales
 from specdec.pipeline.compile.fused.validate import format_logits_error, validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
 from specdec.pipeline.engine.fused import FusedRunner
-from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.graph import HIDDEN_OUT, HIDDEN_STATES, SessionOptions
 from specdec.pipeline.engine.invariance import measure
 from specdec.pipeline.engine.manifest import bundle_info
 from specdec.pipeline.errors import BundleError
@@ -47,27 +47,39 @@ def _op_counts(model: onnx.ModelProto) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _build(weights: Any, role: str, custom: Any, positions: int,
+def _build(weights: Any, role: str, custom: Any, positions: int, feature: FeatureOutput | None,
            kv_scales: list[tuple[Any, Any]] | None = None, half_kv: bool = False) -> onnx.ModelProto:
     """The fused graph of `role` with the op surgery put after the logits, after the new logits. A
     w8a8 target's attention gets the pad row that makes its single-row calls exact (builder.py)."""
     pad_row = role == "target" and row_exact_linears(weights)
     model = build_decoder(weights, max_positions=positions, kv_scales=kv_scales, half_kv=half_kv,
-                          attention_pad_row=pad_row)
+                          attention_pad_row=pad_row, feature_output=feature)
     if custom is not None:
         reinsert(model, role, custom.op, custom.attributes, f"the fused {role} graph")
     return model
 
 
+def feature_output(manifest: Manifest, role: str) -> FeatureOutput | None:
+    """The layer output a role's fused graph returns besides its logits: with a feature draft, the
+    target's `hidden_states` (the layer the draft reads) and the draft's `hidden_out` (its last layer)."""
+    draft = manifest.draft_spec
+    if not draft.is_feature:
+        return None
+    if role == "target":
+        assert draft.feature_layer is not None
+        return FeatureOutput(HIDDEN_STATES, draft.feature_layer)
+    return FeatureOutput(HIDDEN_OUT, manifest.graphs[role].num_layers - 1)
+
+
 def _kv_dtype_graph(weights: Any, role: str, custom: Any, positions: int, scales: list[tuple[Any, Any]] | None,
                     path: Path, info: Any, settings: CompileSettings, tokens: list[int],
-                    report: dict[str, Any]) -> dict[str, int]:
+                    report: dict[str, Any], feature: FeatureOutput | None) -> dict[str, int]:
     """Replace the float graph at `path` by its twin with int8 (`scales`) or float16 KV rows
     (measured against it for the target); the twin is written next to it first under the same
     file names, so its external data's location stays valid when it moves into place."""
     staged = path.parent / settings.kv_policy.dtype.value / path.name
     staged.parent.mkdir()
-    model = _build(weights, role, custom, positions, scales, half_kv=scales is None)
+    model = _build(weights, role, custom, positions, feature, scales, half_kv=scales is None)
     ops = _op_counts(model)
     save_graph(model, staged)
     del model
@@ -101,7 +113,8 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
             # a window KV policy decodes past the context: its rotary tables reach the policy's positions
             positions = settings.kv_policy.positions(settings.max_context)
             custom = manifest.custom_ops.graphs.get(role) if manifest.custom_ops is not None else None
-            model = _build(weights, role, custom, positions)
+            feature = feature_output(manifest, role)
+            model = _build(weights, role, custom, positions, feature)
             ops = _op_counts(model)
             path = out / subdir / f"{role}.onnx"
             save_graph(model, path)
@@ -110,6 +123,7 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
             runner = FusedRunner(info, path, settings.max_context, SessionOptions(threads=1))
             int8 = manifest.quantization is not None and manifest.quantization.int8_activations(role)
             validation[role] = validate_fused(dynamic[role], runner, vocab=spec.vocab_size, int8_compute=int8,
+                                              hidden_size=manifest.draft_spec.hidden_size or 0,
                                               logits_error=format_logits_error(manifest.reports, role))
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
@@ -117,9 +131,11 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                       if settings.kv_policy.lossy else [])
             if settings.kv_policy.quantized:  # int8 rows: scales from the float graph's own keys and values
                 scales = calibrate_scales(runner, tokens, settings.max_context)
-                ops = _kv_dtype_graph(weights, role, custom, positions, scales, path, info, settings, tokens, report)
+                ops = _kv_dtype_graph(weights, role, custom, positions, scales, path, info, settings, tokens, report,
+                                      feature)
             elif settings.kv_policy.dtype is KVDtype.float16:
-                ops = _kv_dtype_graph(weights, role, custom, positions, None, path, info, settings, tokens, report)
+                ops = _kv_dtype_graph(weights, role, custom, positions, None, path, info, settings, tokens, report,
+                                      feature)
             elif settings.kv_policy.lossy and role == "target":  # what the window costs against the full cache
                 report["kv_quality"] = kv_quality.measure(info, path, path, settings.max_context, settings.kv_policy,
                                                           tokens)

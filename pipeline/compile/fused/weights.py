@@ -88,6 +88,16 @@ class DecoderLayer:
         return [linear for linear in candidates if linear is not None]
 
 
+@dataclass(frozen=True)
+class FeatureInput:
+    """A feature draft's input stage (pipeline/draft/feature_model.py): `fc` over [embedding ; feature],
+    with RMS norms on both first where the draft has them."""
+
+    fc: Linear
+    embed_norm: np.ndarray | None = None
+    feature_norm: np.ndarray | None = None
+
+
 @dataclass
 class DecoderWeights:
     embedding: Embedding
@@ -99,6 +109,7 @@ class DecoderWeights:
     num_kv_heads: int
     head_dim: int
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+    feature_input: FeatureInput | None = None  # a feature draft: its graph also reads `hidden_states`
 
     @property
     def hidden(self) -> int:
@@ -269,5 +280,16 @@ def read_decoder(model: onnx.ModelProto, *, num_kv_heads: int, head_dim: int, dt
     return DecoderWeights(
         embedding=_embedding(graph), layers=layers, final_norm=graph.norm_weight("model.norm"),
         head=linears["lm_head"], decoder=decoder, num_heads=query_width // head_dim, num_kv_heads=num_kv_heads,
-        head_dim=head_dim, dtype=np.dtype(dtype),
+        head_dim=head_dim, dtype=np.dtype(dtype), feature_input=_feature_input(graph, linears),
     )
+
+
+def _feature_input(graph: _Graph, linears: dict[str, Linear]) -> FeatureInput | None:
+    """A feature draft's fc (and input norms), found by their module paths; None for other graphs."""
+    if not any(value.name == "hidden_states" for value in graph.model.graph.input):
+        return None
+    if "fc" not in linears:
+        raise UnsupportedModelError("the feature draft graph has no fc linear layer", _NOT_FUSABLE)
+    norms = "embed_norm" in graph.by_module
+    return FeatureInput(fc=linears["fc"], embed_norm=graph.norm_weight("embed_norm") if norms else None,
+                        feature_norm=graph.norm_weight("feature_norm") if norms else None)
