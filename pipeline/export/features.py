@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.graph import HIDDEN_OUT, HIDDEN_STATES
 from specdec.pipeline.errors import CompatibilityError, InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
 from specdec.pipeline.export.architectures import KVGeometry, lookup, usable_context
-from specdec.pipeline.export.torch_graph import HIDDEN_OUT, HIDDEN_STATES, trace
+from specdec.pipeline.export.torch_graph import trace
 from specdec.pipeline.export.validate import TREE_PARENTS, Check, tree_depths
 from specdec.pipeline.graphs.files import describe_io
 from specdec.pipeline.records.manifest import (
@@ -79,6 +80,19 @@ def check_feature_pair(feature: FeatureSource, target_config: Any, geometry: KVG
     if geometry.vocab_size != have.target_vocab_size:
         raise CompatibilityError(f"the target has {geometry.vocab_size} output rows, the feature draft reads "
                                  f"{have.target_vocab_size} token ids", "pass the target the draft was made for")
+
+
+def load_tokenizer(feature: FeatureSource) -> Any:
+    """The feature draft's tokenizer files. transformers reads config.json to pick a tokenizer class and
+    warns that it does not know our model_type; the tokenizer files decide, so the warning is noise."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return ckpt.load_tokenizer(feature.source, "draft")
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def load_feature_draft(feature: FeatureSource, target_model: Any, dtype: str) -> Any:

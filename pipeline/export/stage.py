@@ -118,7 +118,7 @@ def _check_pair_before_export(config: ExportConfig, feature: features.FeatureSou
     geometry = {role: c.architecture.geometry(c.config) for role, c in light.items()}
     if feature is not None:  # its tokenizer is the target's; its geometry must be the target's
         features.check_feature_pair(feature, light["target"].config, geometry["target"])
-        return light, check_pair(light["target"].tokenizer, ckpt.load_tokenizer(feature.source, "draft"),
+        return light, check_pair(light["target"].tokenizer, features.load_tokenizer(feature),
                                  geometry["target"].vocab_size, feature.config.target_vocab_size)
     if "draft" not in light:
         return light, check_target(light["target"].tokenizer, geometry["target"].vocab_size)

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.engine.graph import HIDDEN_STATES
 from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK, mask_names
 from specdec.pipeline.errors import ExportError
 from specdec.pipeline.export.architectures import KVGeometry
@@ -47,10 +48,6 @@ def input_names(num_layers: int, masks: tuple[str, ...] = (FULL_MASK,)) -> list[
     for layer in range(num_layers):
         names += [f"past_key_values.{layer}.key", f"past_key_values.{layer}.value"]
     return names
-
-
-HIDDEN_STATES = "hidden_states"  # the target's feature output, the feature draft's feature input
-HIDDEN_OUT = "hidden_out"  # the feature draft's guess of the next feature
 
 
 def output_names(num_layers: int, features: bool = False) -> list[str]:

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.graph import HIDDEN_STATES
 from specdec.pipeline.engine.masks import mask_feeds, mask_names
 from specdec.pipeline.engine.runner import tree_mask
 from specdec.pipeline.errors import ValidationError
 from specdec.pipeline.export.architectures import Architecture, KVGeometry
-from specdec.pipeline.export.torch_graph import HIDDEN_STATES
 from specdec.pipeline.records.decoder import Decoder
 
 log = logging.getLogger(__name__)
