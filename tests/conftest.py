@@ -69,8 +69,8 @@ def feature_factory(tmp_path_factory, pair_factory):  # type: ignore[no-untyped-
 @pytest.fixture(scope="session")
 def feature_stages(feature_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     """feature_stages(stages): the agreeing feature draft (its target's own layers, a confident target,
-    every second id as its vocabulary) after `stages`, a tuple of "surgery", "w8a8" (quantize) and
-    "cpu" (compile --target cpu, max context 128), each prefix built once."""
+    every second id as its vocabulary) after `stages`, a tuple of "surgery", "w8a8" or "nbits"
+    (quantize) and "cpu" (compile --target cpu, max context 128), each prefix built once."""
     from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
     from specdec.pipeline.quantize import quantize_bundle
     from specdec.pipeline.quantize.config import QuantizeConfig
@@ -88,8 +88,8 @@ def feature_stages(feature_factory, tmp_path_factory):  # type: ignore[no-untype
                 step = stages[-1]
                 if step == "surgery":
                     cache[stages] = surgery_bundle(SurgeryConfig(output=out), source)
-                elif step == "w8a8":
-                    cache[stages] = quantize_bundle(QuantizeConfig(output=out, format="w8a8"), source)
+                elif step in ("w8a8", "nbits"):
+                    cache[stages] = quantize_bundle(QuantizeConfig(output=out, format=step), source)
                 else:
                     cache[stages] = compile_bundle(CompileConfig(output=out, target=GraphFlavour(step),
                                                                  format=OutputFormat.onnx, max_context=128), source)

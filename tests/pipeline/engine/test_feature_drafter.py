@@ -128,7 +128,7 @@ def test_the_draft_cache_holds_rows_of_the_targets_features(feature_factory, pla
     prompt = [5, 9, 3, 17, 2]
     controller = _EveryOtherRoundPlain() if plain_rounds else None
     reply = engine.generate(prompt, DecodeConfig(max_new_tokens=20), controller=controller)
-    assert any(r.kind == "plain" for r in reply.rounds) == plain_rounds
+    assert sum(r.kind == "plain" for r in reply.rounds) >= (3 if plain_rounds else 0)
     drafter = engine.drafter
     assert drafter is not None and isinstance(drafter.runner, DynamicRunner)
     committed = drafter.runner.length

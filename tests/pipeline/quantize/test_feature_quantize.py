@@ -1,0 +1,50 @@
+"""quantize a feature-draft bundle: the target keeps its hidden_states output, the draft is scored
+and calibrated on the float target's features, and the result decodes exactly."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specdec.pipeline.engine.engine import Engine
+from specdec.pipeline.quantize import quantize_bundle
+from specdec.pipeline.quantize.config import QuantizeConfig
+from specdec.pipeline.records.decode import DecodeConfig
+from specdec.pipeline.settings.resolve import bundle_requirements
+
+
+@pytest.mark.parametrize("step", ["w8a8", "nbits"])
+def test_quantized_feature_bundles_keep_the_features_and_decode_exactly(feature_stages, step: str) -> None:  # type: ignore[no-untyped-def]
+    bundle = feature_stages(("surgery", step))
+    manifest = bundle.manifest
+    assert "hidden_states" in [o.name for o in manifest.graphs["target"].outputs]
+    assert "hidden_states" in [i.name for i in manifest.graphs["draft"].inputs]
+    assert manifest.draft is not None and manifest.draft.is_feature and "draft_vocab.npy" in manifest.files
+    quantized = manifest.quantization
+    assert quantized is not None and set(quantized.graphs) == {"target", "draft"}
+    assert "fc" in quantized.graphs["draft"].layers  # the draft's own input projection is quantized too
+    report = manifest.reports["quantize"]
+    draft = report["graphs"]["draft"]
+    assert math.isfinite(draft["perplexity_before"]) and math.isfinite(draft["perplexity_after"])
+    speculative = report["speculative"]
+    assert speculative["exact"] and speculative["top1_agreement_before"] > 0.4  # the agreeing draft, scored fairly
+    assert speculative["mean_accepted_len_after"] > 1.5
+    engine = Engine(bundle.path)
+    exact = bool(bundle_requirements(engine.info.quantization).get("exact_layout"))
+    for prompt in ([5, 6, 7], [40, 2, 9, 11]):
+        plain = engine.generate(prompt, DecodeConfig(max_new_tokens=16, speculative=False, exact_layout=exact))
+        assert engine.generate(prompt, DecodeConfig(max_new_tokens=16, exact_layout=exact)).output_ids == \
+            plain.output_ids
+
+
+def test_a_calibrated_method_reads_the_targets_features(feature_stages, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """AWQ's statistics of the draft's layers come from running it on the float target's features."""
+    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "b", format="nbits", method="awq", graphs=("draft",),
+                                            calib_samples=8), feature_stages(("surgery",)))
+    layers = bundle.manifest.quantization.graphs["draft"].layers
+    searched = [layer for layer in layers.values() if layer.alpha is not None]
+    assert searched and all(np.isfinite(layer.alpha) for layer in searched)  # type: ignore[arg-type]
+    assert bundle.manifest.reports["quantize"]["speculative"]["exact"]
