@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from specdec.pipeline.errors import InputError
+from specdec.pipeline.errors import InputError, UnsupportedModelError
 
 MODEL_TYPE = "specdec_feature_draft"
 FORMAT_VERSION = 1
@@ -158,6 +158,14 @@ def read_config(path: str | Path) -> FeatureDraftConfig | None:
 
 def target_geometry(target_config: Any) -> dict[str, Any]:
     """What a feature draft copies from its target's Hugging Face config."""
+    needed = ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "vocab_size",
+              "max_position_embeddings")
+    missing = [key for key in needed if getattr(target_config, key, None) is None]
+    if missing:
+        model_type = getattr(target_config, "model_type", "?")
+        raise UnsupportedModelError(f"a feature draft needs a gated-MLP decoder target; '{model_type}' has no "
+                                    f"{', '.join(missing)}", "use a Llama-style target (llama, mistral, qwen2/3, "
+                                    "gemma3_text, phi3, smollm3)")
     heads = int(target_config.num_attention_heads)
     hidden = int(target_config.hidden_size)
     rope = dict(getattr(target_config, "rope_parameters", None) or {})

@@ -88,7 +88,7 @@ def load_tokenizer(feature: FeatureSource) -> Any:
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
+    hf_logging.set_verbosity(hf_logging.ERROR)
     try:
         return ckpt.load_tokenizer(feature.source, "draft")
     finally:

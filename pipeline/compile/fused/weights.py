@@ -293,3 +293,49 @@ def _feature_input(graph: _Graph, linears: dict[str, Linear]) -> FeatureInput | 
     norms = "embed_norm" in graph.by_module
     return FeatureInput(fc=linears["fc"], embed_norm=graph.norm_weight("embed_norm") if norms else None,
                         feature_norm=graph.norm_weight("feature_norm") if norms else None)
+
+
+def _same_quant(a: QuantWeight, b: QuantWeight) -> bool:
+    return (a.bits, a.block_size, a.accuracy_level, a.zero_points is None) == \
+        (b.bits, b.block_size, b.accuracy_level, b.zero_points is None)
+
+
+def pack_linears(name: str, parts: list[Linear]) -> Linear | None:
+    """One linear computing all `parts` side by side (concatenated along N), or None if they differ.
+
+    MatMulNBits stores each output column's blocks independently, so concatenating along N keeps
+    every code and scale as quantize wrote it: the packed layer computes exactly the same values.
+    """
+    first = parts[0]
+    if any(p.K != first.K for p in parts) or not _same_input_scale(parts):
+        return None
+    bias = None
+    if any(p.bias is not None for p in parts):
+        bias = np.concatenate([p.bias if p.bias is not None else np.zeros(p.N, np.float32) for p in parts])
+    n = sum(p.N for p in parts)
+    int8 = [p.int8 for p in parts if p.int8 is not None]
+    if int8:  # w8a8: the parts share x, so its per-row scales; each column keeps its codes and scale
+        return Linear(name, first.K, n, int8=int8_matmul.concatenate(int8), bias=bias) \
+            if len(int8) == len(parts) and first.input_scale is None else None
+    weights = [p.weight for p in parts if p.weight is not None]
+    if len(weights) == len(parts):
+        return Linear(name, first.K, n, weight=np.concatenate(weights, axis=1), bias=bias,
+                      input_scale=first.input_scale)
+    quants = [p.quant for p in parts if p.quant is not None]
+    if len(quants) != len(parts) or any(not _same_quant(q, quants[0]) for q in quants):
+        return None
+    zero_points = [q.zero_points for q in quants if q.zero_points is not None]
+    packed = QuantWeight(packed=np.concatenate([q.packed for q in quants]),
+                         scales=np.concatenate([q.scales for q in quants]),
+                         zero_points=np.concatenate(zero_points) if zero_points else None,
+                         bits=quants[0].bits, block_size=quants[0].block_size,
+                         accuracy_level=quants[0].accuracy_level)
+    return Linear(name, first.K, n, quant=packed, bias=bias, input_scale=first.input_scale)
+
+
+def _same_input_scale(parts: list[Linear]) -> bool:
+    scales = [p.input_scale for p in parts]
+    if all(s is None for s in scales):
+        return True
+    first = scales[0]
+    return first is not None and all(s is not None and np.array_equal(s, first) for s in scales)

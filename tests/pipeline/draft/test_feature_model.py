@@ -121,3 +121,10 @@ def test_frequent_vocab_keeps_the_commonest_ids_and_the_required_ones() -> None:
     ids = [5, 5, 5, 9, 9, 1, 1, 1, 1, 7]
     assert frequent_vocab(ids, 3, 20).tolist() == [1, 5, 9]
     assert frequent_vocab(ids, 3, 20, always=(0,)).tolist() == [0, 1, 5]
+
+
+def test_a_target_without_a_gated_mlp_is_refused() -> None:
+    from specdec.pipeline.errors import UnsupportedModelError
+
+    with pytest.raises(UnsupportedModelError, match="'gpt2' has no intermediate_size"):
+        FeatureDraft.from_target(make_model("gpt2", 320))

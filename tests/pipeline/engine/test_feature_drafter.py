@@ -41,6 +41,14 @@ def test_greedy_speculative_equals_plain_and_hf(feature_factory, vocab_step: int
         assert spec.speculative_rounds and all(r.draft_calls >= 1 for r in spec.speculative_rounds)
 
 
+def test_a_qwen3_target_takes_a_feature_draft(feature_factory) -> None:  # type: ignore[no-untyped-def]
+    """q/k norms, a tied head and per-layer masks in the target; the draft's own layers are Llama's."""
+    engine = Engine(feature_factory("qwen3", vocab_step=2).path)
+    for prompt in _prompts(2, engine.vocab, seed=5):
+        spec = engine.generate(prompt, DecodeConfig(max_new_tokens=16, drafter="model+lookup"))  # type: ignore[arg-type]
+        assert spec.output_ids == engine.generate(prompt, DecodeConfig(max_new_tokens=16, speculative=False)).output_ids
+
+
 @pytest.mark.parametrize("settings", [
     {"tree_budget": 6, "depth": 5, "width": 1, "exact_layout": True},  # a chain
     {"tree_budget": 24, "depth": 4, "width": 4},  # a tree
