@@ -21,6 +21,7 @@ candidates through it. A feature draft carries its own; a model draft gets one w
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,7 @@ def load_tokenizer(feature: FeatureSource) -> Any:
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity(hf_logging.ERROR)
+    hf_logging.set_verbosity(logging.ERROR)
     try:
         return ckpt.load_tokenizer(feature.source, "draft")
     finally:
