@@ -42,8 +42,8 @@ def draft_table(report: dict[str, Any]) -> Table:
 
 
 def draft(
-    target: Annotated[str, typer.Argument(help="Target checkpoint directory (llama, mistral, qwen2, qwen3), or "
-                                               "'demo'.")],
+    target: Annotated[str, typer.Argument(help="Target checkpoint directory or .gguf file (llama, mistral, qwen2, "
+                                               "qwen3), or a built-in: 'demo', 'demo-tiny'.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Draft checkpoint directory to write.")],
     size: float = typer.Option(None, "--size", help="Draft's share of the target's decoder-layer weights, used for "
                                                     "what --layers/--ffn leave open (default 0.1)."),

@@ -12,14 +12,16 @@ from specdec.pipeline.export import DType, ExportConfig, export_bundle
 
 
 def export(
-    target: Annotated[str, typer.Argument(help="Target checkpoint directory, hub id, or 'demo' (the built-in pair).")],
+    target: Annotated[str, typer.Argument(
+        help="Target: a Hugging Face checkpoint directory or hub id, a .gguf file (or a directory holding one), "
+             "or a built-in: 'demo' (SmolLM2-135M-Instruct) or 'demo-tiny' (a tiny pair, for tests).")],
     output: options.BundleOutput,
     draft: str = typer.Option(
         None, "--draft", "-d",
-        help="Draft checkpoint directory (default with 'demo': its draft; otherwise none: a target-only bundle "
-             "that speculates with --drafter lookup).",
+        help="Draft checkpoint directory or .gguf file (default with 'demo-tiny': its draft; otherwise none: a "
+             "target-only bundle that speculates with --drafter lookup).",
     ),
-    no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo')."),
+    no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo-tiny')."),
     opset: int = typer.Option(18, help="ONNX opset."),
     dtype: DType = typer.Option(DType.float32, help="Weight and activation dtype of the graphs."),
     force: options.Force = False,
@@ -28,7 +30,7 @@ def export(
                                        help="Store tensors identical in target and draft once, in shared.data "
                                             "(--no-share-tensors: each graph holds its own copy)."),
 ) -> None:
-    """Export a Hugging Face target (+ draft) to a validated ONNX bundle."""
+    """Export a Hugging Face or GGUF target (+ draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
                           force=force, validate=validate, share_tensors=share_tensors)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))

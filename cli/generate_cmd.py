@@ -114,7 +114,8 @@ def generate(
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:
         ids = generator.prepare(items, config, truncate, request.chat)[0]  # checked before the prompt is echoed
-        out.print(prompt, end="", style="dim", highlight=False, markup=False)
+        # a chat reply is the assistant's turn, not a continuation of the user's text: on its own line
+        out.print(prompt, end="\n" if request.chat else "", style="dim", highlight=False, markup=False)
         reply, _ = generator.run(ids, config, controller=controller,
                                  on_text=lambda text: out.print(text, end="", highlight=False, markup=False))
         out.print()

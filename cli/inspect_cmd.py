@@ -15,7 +15,7 @@ from specdec.cli.render import human_bytes, plan_fit_line, plan_table, qdq_lines
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.bundle.summary import summarize
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.records.manifest import GraphQuantization, Quantization
+from specdec.pipeline.records.manifest import CheckpointFormat, GraphQuantization, Quantization
 
 
 def _shape(shape: list[Any]) -> str:
@@ -35,6 +35,11 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
                        f"{g['num_kv_heads']} × {g['head_dim']}", str(g["vocab_size"]),
                        f"{g['parameters'] / 1e6:.2f} M", human_bytes(g["bytes"]))
     out.print(graphs)
+    for role, spec in bundle.manifest.graphs.items():
+        origin = spec.source_format
+        kind = "format not recorded" if origin is None else origin.describe() + (
+            f", dequantized to {spec.dtype} on export" if origin.format is CheckpointFormat.gguf else "")
+        out.print(f"{role} from {escape(spec.source)}: {kind}", highlight=False)
     shared = summary["reports"].get("export", {}).get("shared")
     if isinstance(shared, dict) and shared.get("file"):
         line = (f"shared by target and draft: {human_bytes(shared['bytes'])} in {shared['tensors']} tensors "

@@ -67,6 +67,8 @@ def test_wheel_carries_code_and_data(tmp_path: Path) -> None:
                      "specdec/profiles/scenarios/chat.yaml", "specdec/pipeline/demo/target/model.safetensors",
                      "specdec/pipeline/demo/draft/tokenizer.json", "specdec/pipeline/demo/calib.txt",
                      "specdec/pipeline/demo/eval_prompts.jsonl", "specdec/pipeline/quantize/calib_default.txt",
+                     "specdec/pipeline/demo/smollm2/pipeline.yaml", "specdec/pipeline/demo/smollm2/prompts.jsonl",
+                     "specdec/pipeline/checkpoints/builtin.py",
                      "specdec/pipeline/portable/specdec-run", "specdec/pipeline/portable/boot.py"):
         assert required in names, required
     assert not any(n.startswith("specdec/tests/") for n in names)

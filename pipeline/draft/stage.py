@@ -20,11 +20,13 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
+from specdec.pipeline.checkpoints.gguf import forget_quantization
+from specdec.pipeline.checkpoints.locate import locate
+from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
@@ -32,7 +34,6 @@ from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
 
-DEMO_NAME = "demo"
 STATE_VERSION = 1
 
 
@@ -108,45 +109,45 @@ class DraftResult:
     report: dict[str, Any]
 
 
-def resolve_target(spec: str) -> Path:
-    if spec == DEMO_NAME:
-        return Path(str(resources.files("specdec.pipeline.demo") / "target"))
-    path = Path(spec).expanduser()
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise InputError(f"target '{spec}' is not a Hugging Face checkpoint directory (no config.json)",
-                         "pass a directory written by `save_pretrained`, or 'demo'")
-    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
-        raise InputError(f"target '{spec}' has a config.json but no weights", "copy the weight files into it")
-    return path
+def resolve_target(spec: str) -> CheckpointSource:
+    """The target: a Hugging Face checkpoint directory, a GGUF file (or a directory holding one), or a built-in."""
+    source = locate(spec, "target")
+    if not source.is_gguf and not Path(source.location).is_dir():
+        raise InputError(f"target '{spec}' is not a local checkpoint", "pass a local checkpoint directory or GGUF file")
+    return source
 
 
 def state_path(output: Path) -> Path:
     return output.parent / f".{output.name}.draft-state.pt"
 
 
-def _load(path: Path, config: DraftConfig) -> tuple[Any, Any, Any]:
+def _load(source: CheckpointSource, config: DraftConfig) -> tuple[Any, Any, Any]:
     """Config, tokenizer and float32 model; unsupported architectures and bad counts fail before the weights."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    source.gguf_facts("target")  # an unreadable GGUF file fails here, in one line
+    where, select = source.location, source.load_kwargs()
     try:
-        target_config = AutoConfig.from_pretrained(str(path))
+        target_config = AutoConfig.from_pretrained(where, **select)
         shape = pruning.geometry(target_config)
         pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
+        tokenizer = AutoTokenizer.from_pretrained(where, **select)
+        model = AutoModelForCausalLM.from_pretrained(where, **select, dtype=torch.float32, attn_implementation="sdpa")
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise InputError(f"cannot load target '{path}': {reason}", "pass a local checkpoint directory") from exc
+        raise InputError(f"cannot load target '{source.path}': {reason}",
+                         "pass a local checkpoint directory or GGUF file") from exc
+    if source.is_gguf:
+        forget_quantization(model)
     model.train(False)
     return target_config, tokenizer, model
 
 
-def _fingerprint(target: Path, config: DraftConfig) -> str:
+def _fingerprint(target: CheckpointSource, config: DraftConfig) -> str:
     digest = hashlib.sha256(json.dumps(config.record(), sort_keys=True, default=str).encode())
-    for file in sorted(target.iterdir()):
-        if file.is_file():
-            digest.update(file.name.encode() + str(file.stat().st_size).encode())
+    for file in target.files():
+        digest.update(file.name.encode() + str(file.stat().st_size).encode())
     return digest.hexdigest()
 
 
@@ -217,15 +218,16 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
 
     progress = progress or SilentProgress()
     started = time.time()
-    target_dir = resolve_target(config.target)
-    check_output_dir(config.output, force=config.force, sources=(target_dir,))
+    source = resolve_target(config.target)
+    target_path = Path(source.path)
+    check_output_dir(config.output, force=config.force, sources=(target_path,))
     if config.calib is not None and not config.calib.is_file():
         raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
-    fingerprint = _fingerprint(target_dir, config)
+    fingerprint = _fingerprint(source, config)
     resume = _resume_state(config, fingerprint)
     torch.set_num_threads(config.threads or distill.default_threads())
     torch.manual_seed(config.seed)
-    target_config, tokenizer, target = _load(target_dir, config)
+    target_config, tokenizer, target = _load(source, config)
     shape = pruning.geometry(target_config)
     for param in target.parameters():
         param.requires_grad_(False)
@@ -320,7 +322,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
     reference = target.to(saved.dtype)  # the target as its checkpoint stores it
     figures = report.sizes(reference, saved)
     result = {
-        "target": str(target_dir), "config": config.record(),
+        "target": source.path, "config": config.record(),
         "plan": {"layers": list(plan.layers), "kv_heads": plan.kv_heads, "intermediate": plan.intermediate,
                  "groups": [list(g) for g in plan.groups]},
         "importance": {"layer_kl": [round(v, 5) for v in importance.layer_kl]},
@@ -332,11 +334,12 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         "minutes": (time.time() - started) / 60,
         "budget": _budget_report(planned, phases, config.budget_minutes),
     }
-    with StagedDirectory(config.output, force=config.force, sources=(target_dir,)) as staged:
+    with StagedDirectory(config.output, force=config.force, sources=(target_path,)) as staged:
         saved.save_pretrained(str(staged.dir))
         tokenizer.save_pretrained(str(staged.dir))
-        if (target_dir / "generation_config.json").is_file():
-            shutil.copy(target_dir / "generation_config.json", staged.dir / "generation_config.json")
+        generation = target_path / "generation_config.json"
+        if not source.is_gguf and generation.is_file():
+            shutil.copy(generation, staged.dir / "generation_config.json")
         result["files"] = [*sorted(p.name for p in staged.dir.iterdir()), report.REPORT_NAME]
         report.write(staged.dir, result)
         path = staged.commit()

@@ -34,7 +34,10 @@ MANIFEST_NAME = "manifest.json"
 # bundle's `buckets.kv_policy` is written only where it is not the full cache, so bundles without
 # it read as full. 5: `variants`, the target in further weight formats (quantize --format a,b), and a
 # plan's `weight_format`; written only where a bundle has them, so older bundles load unchanged.
-MANIFEST_SCHEMA = 5
+# 6: each graph's `source_format` (a Hugging Face checkpoint, or a GGUF file and its quantization
+# types); export writes it for every graph, so schema-5 readers reject the key, and older bundles
+# load with None (the format was not recorded).
+MANIFEST_SCHEMA = 6
 
 
 @dataclass
@@ -275,6 +278,31 @@ class BucketTable:
 
 # ---- the manifest ---------------------------------------------------------------------------------
 
+class CheckpointFormat(str, enum.Enum):
+    """What a graph was exported from."""
+
+    huggingface = "huggingface"  # a Hugging Face checkpoint (directory or hub id): its float weights
+    gguf = "gguf"  # a GGUF file, dequantized to float by transformers' GGUF loader (docs/export.md)
+
+
+@dataclass
+class SourceFormat:
+    """The format of a graph's source checkpoint and, for GGUF, how the file stored its weights."""
+
+    format: CheckpointFormat
+    # GGUF: `general.file_type` as the gguf package names it (MOSTLY_Q4_1, ...); None where the file says nothing
+    file_type: str | None = field(default=None, metadata=OMIT_DEFAULT)
+    # GGUF: tensors per GGML type (a Q4_1 file keeps its norms in F32 and may store the embedding in Q8_0)
+    tensor_types: dict[str, int] = field(default_factory=dict, metadata=OMIT_DEFAULT)
+
+    def describe(self) -> str:
+        """`GGUF MOSTLY_Q4_1 (210 Q4_1, 61 F32, 1 Q8_0 tensors)` or `Hugging Face` for people."""
+        if self.format is CheckpointFormat.huggingface:
+            return "Hugging Face"
+        counts = ", ".join(f"{count} {kind}" for kind, count in self.tensor_types.items())
+        return f"GGUF {self.file_type or 'file type not given'}" + (f" ({counts} tensors)" if counts else "")
+
+
 @dataclass
 class GraphSpec:
     """One exported graph (by role: target, draft): its file, architecture, geometry and I/O."""
@@ -293,6 +321,8 @@ class GraphSpec:
     parameters: int = 0
     # How the decoder computes (records/decoder.py); None in bundles exported before schema 4.
     decoder: Decoder | None = field(default=None, metadata=OMIT_DEFAULT)
+    # What `source` is (a Hugging Face checkpoint or a GGUF file); None in bundles exported before schema 6.
+    source_format: SourceFormat | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
 @dataclass

@@ -224,9 +224,12 @@ def fit_to_drafts(values: dict[str, Any], sources: dict[str, str], has_draft: bo
                           f"pass {setting('drafter')} lookup (or --no-speculation), or export with --draft")
     note = f"drafter {drafter.value} ({sources['drafter']}) needs a draft graph this bundle lacks; using lookup"
     log.info("%s", note)
+    said = sources["drafter"]
     values["drafter"] = DrafterKind.lookup
-    sources["drafter"] = f"{BUNDLE} (no draft graph; {sources['drafter']} said {drafter.value})"
-    return [note]
+    sources["drafter"] = f"{BUNDLE} (no draft graph; {said} said {drafter.value})"
+    # the built-in default names the draft model because most bundles have one; for a bundle without
+    # one, lookup is the default (docs/export.md), not an override worth a warning
+    return [] if said == DEFAULTS else [note]
 
 
 def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None, has_draft: bool = True) -> ResolvedSettings:

@@ -192,3 +192,16 @@ def test_warnings_have_one_style() -> None:
         logging.getLogger("specdec.test").warning("the sky is [falling]")
         console.warn("the sky is [falling]")
     assert len(printed) == 2 and printed[0] == printed[1] and printed[0].startswith("[yellow]warning[/]: ")
+
+
+def test_gguf_files_specdec_cannot_export_are_one_line(tmp_path: Path) -> None:
+    from support.tiny_gguf import write_llama
+
+    falcon = write_llama(tmp_path / "falcon.gguf", architecture="falcon")
+    refused = runner.invoke(app, ["export", str(falcon), "-o", str(tmp_path / "a")])
+    assert refused.exit_code == 4 and "holds a 'falcon' model" in _one_line_error(refused.output)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(write_llama(tmp_path / "whole.gguf").read_bytes()[:5000])
+    unreadable = runner.invoke(app, ["export", str(cut), "-o", str(tmp_path / "b")])
+    assert unreadable.exit_code == 2 and "cannot read target GGUF file" in _one_line_error(unreadable.output)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.chain.stage import load_config, run_pipeline
+from specdec.pipeline.chain.stage import demo_config_file, load_config, run_pipeline
 from specdec.pipeline.errors import InputError
 
 runner = CliRunner()
@@ -59,9 +59,38 @@ def test_bad_pipeline_configs(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "quantize.method" in result.output
 
 
-def test_default_is_the_demo_pair() -> None:
+def test_default_is_the_demo_file() -> None:
+    """No file: the demo's own pipeline file, SmolLM2 with prompt lookup on its chat requests, into ./specdec-out."""
     config = load_config(None)
     assert config.target == "demo" and config.bench.device.value == "local"
+    assert config.output == Path("specdec-out") and config.export.output == Path("specdec-out/01-export")
+    assert config.export.target_only and config.export.sources() == {"target": "demo"}
+    assert config.bench.drafter is not None and config.bench.drafter.value == "lookup"
+    assert config.quantize.weight_format.value == "w8a8"
+    assert config.bench.prompts == demo_config_file().parent / "prompts.jsonl" and config.bench.prompts.is_file()
+    assert load_config(None, output=Path("elsewhere")).output == Path("elsewhere")
+
+
+def test_the_demo_prompts_are_chat_requests() -> None:
+    from specdec.pipeline.inputs.prompts import load_prompts
+
+    items = load_prompts(demo_config_file().parent / "prompts.jsonl")
+    assert 30 <= len(items) <= 40 and len({item.id for item in items}) == len(items)
+    assert all(item.messages is not None and [m["role"] for m in item.messages] == ["user"] for item in items)
+    measured = {item.scenario for item in items[:8]}  # what the demo benches (bench.limit 8)
+    assert {"knowledge", "chat", "code"} <= measured
+
+
+def test_draft_lookup_exports_the_target_alone_and_benches_with_lookup(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("target: some/model\ndraft: lookup\nbench: {prompts: chats.jsonl, limit: 2}\n")
+    config = load_config(path)
+    assert config.export.no_draft and config.export.target_only and config.draft is None
+    assert config.bench.drafter is not None and config.bench.drafter.value == "lookup"
+    assert config.bench.prompts == tmp_path / "chats.jsonl"  # relative to the file
+    path.write_text("target: some/model\ndraft: lookup\nbench: {drafter: model}\n")
+    with pytest.raises(InputError, match="bench.drafter.*model needs a draft model, and `draft: lookup` exports none"):
+        load_config(path)
 
 
 def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> None:

@@ -136,3 +136,20 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
     assert SHARED_DATA not in quantized.manifest.files and not (quantized.path / SHARED_DATA).exists()
     shown = CliRunner().invoke(app, ["inspect", str(quantized.path)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "each with its own copy" in shown.output
+
+
+def test_a_draft_from_a_gguf_target_is_a_plain_float_checkpoint(tmp_path: Path) -> None:
+    """A GGUF target loads through transformers' GGUF loader; the draft saved from it carries no GGUF record."""
+    from gguf import GGMLQuantizationType
+    from support.tiny_gguf import write_llama
+
+    path = write_llama(tmp_path / "target.gguf", GGMLQuantizationType.Q8_0)
+    out = tmp_path / "draft"
+    result = make_draft(DraftConfig(target=str(path), output=out, layers=1, steps=2, **SMALL))  # type: ignore[arg-type]
+    assert "quantization_config" not in (out / "config.json").read_text()
+    assert result.report["target"] == str(path)
+    target = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    assert draft.config.num_hidden_layers == 1
+    assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)  # shared, bit for bit
+    assert (out / "tokenizer.json").is_file()

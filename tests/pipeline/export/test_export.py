@@ -50,14 +50,15 @@ def test_gqa_geometry_recorded(bundle_factory) -> None:  # type: ignore[no-untyp
 
 def test_validation_catches_a_wrong_graph(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Validation compares with an independent PyTorch run, so a graph from another model fails."""
+    from specdec.pipeline.checkpoints.source import CheckpointSource
     from specdec.pipeline.errors import ValidationError
     from specdec.pipeline.export import checkpoint, validate
 
     target, _ = pair_factory("llama")
     other, _ = pair_factory("llama", seed=7)
     bundle = export_bundle(ExportConfig(target=str(other), draft=str(other), output=tmp_path / "b", validate=False))
-    config, arch = checkpoint.load_config(str(target), "target")
-    model = checkpoint.load_model(str(target), "target", config, "float32")
+    config, arch = checkpoint.load_config(CheckpointSource(str(target)), "target")
+    model = checkpoint.load_model(CheckpointSource(str(target)), "target", config, "float32")
     checks = validate.validate_graph(model, bundle.path / "target.onnx", arch.geometry(config), arch, "float32", 300)
     with pytest.raises(ValidationError, match="differs from PyTorch"):
         validate.enforce(checks, "target.onnx")

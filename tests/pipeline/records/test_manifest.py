@@ -35,3 +35,21 @@ def test_literal_fields_take_only_their_values() -> None:
     assert parse(GraphSpec, spec).dtype == "float32"
     with pytest.raises(RecordError, match=r"'g.dtype': 'bfloat16' is not one of: float32, float16"):
         parse(GraphSpec, {**spec, "dtype": "bfloat16"}, "g")
+
+
+def test_a_graph_records_its_source_format_and_older_bundles_load_without_it() -> None:
+    from specdec.pipeline.records.codec import dump
+    from specdec.pipeline.records.manifest import CheckpointFormat, SourceFormat
+
+    spec = {"file": "t.onnx", "architecture": "llama", "source": "m.gguf", "dtype": "float32", "num_layers": 1,
+            "num_kv_heads": 1, "head_dim": 4, "vocab_size": 8, "max_position_embeddings": 32, "inputs": [],
+            "outputs": []}
+    assert parse(GraphSpec, spec).source_format is None  # schema 5 and older: not recorded
+    gguf = {"format": "gguf", "file_type": "MOSTLY_Q4_1", "tensor_types": {"Q4_1": 210, "F32": 61, "Q8_0": 1}}
+    graph = parse(GraphSpec, {**spec, "source_format": gguf})
+    assert graph.source_format == SourceFormat(CheckpointFormat.gguf, "MOSTLY_Q4_1", gguf["tensor_types"])
+    assert graph.source_format.describe() == "GGUF MOSTLY_Q4_1 (210 Q4_1, 61 F32, 1 Q8_0 tensors)"
+    assert dump(graph)["source_format"] == gguf
+    assert dump(SourceFormat(CheckpointFormat.huggingface)) == {"format": "huggingface"}
+    with pytest.raises(RecordError, match="'g.source_format.format'"):
+        parse(GraphSpec, {**spec, "source_format": {"format": "safetensors"}}, "g")

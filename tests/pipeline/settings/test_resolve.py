@@ -85,7 +85,11 @@ def test_a_bundle_without_a_draft_graph_drafts_with_lookup() -> None:
     fitted = resolve_decode({}, profile=profile, has_draft=False)
     assert fitted.config.drafter is DrafterKind.lookup
     assert fitted.sources["drafter"] == "bundle (no draft graph; defaults said model)"
-    assert fitted.notes == ["drafter model (defaults) needs a draft graph this bundle lacks; using lookup"]
+    assert fitted.notes == []  # lookup is such a bundle's default, not an override to warn about
+    asked = resolve_decode({}, profile=profile, scenario=ScenarioProfile(name="rag", drafter=DrafterKind.model),
+                           has_draft=False)
+    assert asked.config.drafter is DrafterKind.lookup
+    assert asked.notes == ["drafter model (scenario rag) needs a draft graph this bundle lacks; using lookup"]
     with pytest.raises(BundleError, match="no draft graph, so drafter model cannot run — pass drafter lookup"):
         resolve_decode({"drafter": "model"}, profile=profile, has_draft=False)
     plain = resolve_decode({"drafter": "model+lookup", "speculative": False}, profile=profile, has_draft=False)
