@@ -93,8 +93,8 @@ def main() -> None:
         rows: list[dict[str, Any]] = []
         for index in range(args.rounds):
             order = (len(devices), 1) if index % 2 == 0 else (1, len(devices))
-            rows += [measure(bundle, devices, jobs, work / f"run{len(rows)}", args.tokens, args.prompts)
-                     for jobs in order]
+            for jobs in order:
+                rows.append(measure(bundle, devices, jobs, work / f"run{len(rows)}", args.tokens, args.prompts))
     side_by_side = [row["wall_s"] for row in rows if row["jobs"] > 1]
     one_by_one = [row["wall_s"] for row in rows if row["jobs"] == 1]
     print(json.dumps({"devices": len(devices), "runs": rows,

@@ -106,17 +106,21 @@ def _bench_fleet(config: BenchConfig, fleet: FleetConfig, source: Bundle, progre
     names = [entry.name for entry in fleet.devices]
     finished: list[str] = []
     lock = threading.Lock()
-    with progress.task(f"benchmarking {len(names)} devices, {fleet.workers} at a time", total=len(names)) as task:
+    # Opened at the first event (from a device's worker thread), so input errors print alone.
+    with contextlib.ExitStack() as bars:
+        tasks: list[Task] = []
 
         def on_event(label: str, event: dict[str, Any]) -> None:
-            # From the devices' worker threads: one line that names the device whose event came last.
             with lock:
+                if not tasks:
+                    tasks.append(bars.enter_context(progress.task(
+                        f"benchmarking {len(names)} devices, {fleet.workers} at a time", total=len(names))))
                 if event.get("type") == "fleet_device":
                     finished.append(label)
-                    task.advance()
-                    task.describe(f"{label}: {event['status']} ({len(finished)} of {len(names)} done)")
+                    tasks[0].advance()
+                    tasks[0].describe(f"{label}: {event['status']} ({len(finished)} of {len(names)} done)")
                 elif event.get("type") == "reply":
-                    task.describe(f"{label}: {event['mode']} prompt {event['prompt']}")
+                    tasks[0].describe(f"{label}: {event['mode']} prompt {event['prompt']}")
 
         outcome = run_fleet(config, fleet, source, on_event=on_event, progress=progress)
     report_fleet(outcome)

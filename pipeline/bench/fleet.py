@@ -144,7 +144,9 @@ def device_configs(bench: BenchConfig, fleet: FleetConfig, directory: Path) -> d
 
 def run_fleet(bench: BenchConfig, fleet: FleetConfig, bundle: Bundle, on_event: FleetEventSink | None = None,
               progress: Progress | None = None) -> FleetOutcome:
-    """Bench `bundle` on every device of `fleet` with `bench`'s settings, side by side; write one report."""
+    """Bench `bundle` on every device of `fleet` with `bench`'s settings, side by side; write one report into
+    `bench.output`. Each device's address and profile come from its entry (`bench.profile` where it names
+    none); `bench.serial`, `adb_host` and `adb_port` are not used."""
     if bench.device is not Transport.adb:
         raise InputError("a fleet runs on adb devices", f"add {setting('device')} adb")
     # What the user gave is checked before any device work: each device's profile, the scenario, the

@@ -193,12 +193,14 @@ def test_unusable_device_and_failed_gate(adb_environ: AdbServer, make_standin: A
     assert gates["fleet:lossless"].passed and "not complete: bare, absent" in gates["fleet:lossless"].message
     assert not gates["fleet:speedup>=1000"].passed
 
-    # the next run against this one: each device against its own row, the medians against the medians
-    again = run_fleet(dataclasses.replace(bench, output=tmp_path / "again", asserts=(),
+    # the next run against this one: each device against its own row, the medians against the medians; the
+    # bundle has no plan for the device, so it is tuned there first
+    again = run_fleet(dataclasses.replace(bench, output=tmp_path / "again", asserts=(), tune=True,
                                           baseline=outcome.output / "fleet.json", max_regression_pct=1e9),
                       FleetConfig(fleet.devices[:1]), bench_bundle)
     (row,) = again.results.devices
     assert row.results is not None and any(g.gate.startswith("regression:") for g in row.results.gates)
+    assert row.results.plan is not None and row.results.plan.source == "tuned on the device"
     assert any(g.gate.startswith("fleet regression:median ") for g in again.results.gates)
     failed = [g for g in again.results.gates + row.results.gates if not g.passed]
     assert again.results.summary.exit_code == 0 and not again.results.warnings, failed
