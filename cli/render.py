@@ -206,11 +206,11 @@ def fleet_table(results: FleetResults) -> Table:
             table.add_row(row.label, status, "—", "—", "—", "—", "—", "—")
             continue
         f = row.results.figures
-        lossless = row.results.lossless
+        same = row.results.lossless
+        lossless = "yes" if same.equal else "—" if not same.checked else f"{len(same.mismatches)} differ"
         table.add_row(row.label, status, f"{_fmt(f.plain_tokens_per_s)}→{_fmt(f.tokens_per_s)}",
                       f"{_fmt(f.speedup)} ({_fmt(f.predicted_speedup)})", _fmt(f.acceptance_rate),
-                      _fmt(f.energy_per_token_mj), _fmt(f.peak_temp_c),
-                      "yes" if lossless.equal else "—" if not lossless.checked else f"{len(lossless.mismatches)} differ")
+                      _fmt(f.energy_per_token_mj), _fmt(f.peak_temp_c), lossless)
     return table
 
 
