@@ -114,7 +114,8 @@ def _bench_fleet(config: BenchConfig, fleet: FleetConfig, source: Bundle, progre
             with lock:
                 if not tasks:
                     tasks.append(bars.enter_context(progress.task(
-                        f"benchmarking {len(names)} devices, {fleet.workers} at a time", total=len(names))))
+                        f"benchmarking {len(names)} device{'s' * (len(names) != 1)}, {fleet.workers} at a time",
+                        total=len(names))))
                 if event.get("type") == "fleet_device":
                     finished.append(label)
                     tasks[0].advance()

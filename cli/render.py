@@ -197,7 +197,8 @@ _STATUS_STYLE = {DeviceStatus.complete: "green", DeviceStatus.lost: "red", Devic
 def fleet_table(results: FleetResults) -> Table:
     """One row per device: what fleet.md shows, narrowed to fit a terminal."""
     s = results.summary
-    table = Table(title=f"bench on {s.devices} devices ({s.wall_s:.1f} s, {s.jobs} at a time)", title_justify="left")
+    devices = f"{s.devices} device{'s' * (s.devices != 1)}"
+    table = Table(title=f"bench on {devices} ({s.wall_s:.1f} s, {s.jobs} at a time)", title_justify="left")
     for column in ("device", "status", "tok/s plain→spec", "speedup (pred.)", "α", "mJ/tok", "°C", "lossless"):
         table.add_column(column, justify="left" if column in ("device", "status", "lossless") else "right")
     for row in results.devices:
