@@ -21,6 +21,7 @@ import typer
 from specdec.pipeline.engine.controllers import NAMES as CONTROLLER_NAMES
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
+from specdec.pipeline.settings.fleet import parse_device
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 
 C = TypeVar("C")
@@ -58,6 +59,18 @@ def _read(path: Path, flag: str) -> str:
         raise InputError(f"--{flag} file '{path}' cannot be read ({exc})", "pass a readable UTF-8 text file") from None
 
 
+def one_device(serials: list[str] | None, adb_host: str | None, adb_port: int | None) -> dict[str, Any]:
+    """A command that runs on one device: its `serial`, `adb_host` and `adb_port` from `-s SERIAL` or
+    `-s HOST:PORT/SERIAL` (which names the adb server too) and -H/-P."""
+    if not serials:
+        return {"serial": None, "adb_host": adb_host, "adb_port": adb_port}
+    if len(serials) > 1:
+        raise InputError(f"--serial is given {len(serials)} times; this command runs on one device",
+                         "pass one --serial (`specdec bench --fleet` runs on several)")
+    entry = parse_device(serials[0], host=adb_host, port=adb_port)
+    return {"serial": entry.serial, "adb_host": entry.host, "adb_port": entry.port}
+
+
 def parse_sizes(text: str | None, key: str) -> tuple[int, ...] | None:
     """`8,24,48` -> (8, 24, 48); `key` names the setting in the error."""
     if text is None:
@@ -84,9 +97,13 @@ Force = Annotated[bool, typer.Option(
 Device = Annotated[Transport, typer.Option("--device", help="Where to run: local (this machine) or adb (a phone).")]
 Profile = Annotated[str | None, typer.Option(
     "--profile", help="Device profile, a name or a YAML path (default: local-cpu; android-generic with --device adb).")]
-Serial = Annotated[str | None, typer.Option(
-    "--serial", "-s", help="adb serial of the device, as `adb devices` lists it (default: ANDROID_SERIAL, else the "
-                           "only device attached).")]
+Serial = Annotated[list[str] | None, typer.Option(
+    "--serial", "-s", help="adb serial of the device, as `adb devices` lists it, or HOST:PORT/SERIAL for one on "
+                           "another adb server (default: ANDROID_SERIAL, else the only device attached); bench and "
+                           "devices: repeat it for several devices (a fleet).")]
+Fleet = Annotated[Path | None, typer.Option(
+    "--fleet", help="Fleet file (YAML): the devices to run on side by side, each with its serial, adb server "
+                    "(host, port), profile and label (docs/devices.md).")]
 AdbHost = Annotated[str | None, typer.Option("--adb-host", "-H", help="Host of a remote adb server (device farm).")]
 AdbPort = Annotated[int | None, typer.Option("--adb-port", "-P", help="Port of the adb server (default 5037).")]
 Python = Annotated[str | None, typer.Option(

@@ -7,8 +7,10 @@ from typing import Any
 from rich.table import Table
 
 from specdec.cli.console import err, out, warn
+from specdec.pipeline.bench.fleet import FleetOutcome
 from specdec.pipeline.bench.stage import BenchOutcome
-from specdec.pipeline.errors import DeviceLostError, GateFailedError
+from specdec.pipeline.errors import DeviceLostError, FleetError, GateFailedError
+from specdec.pipeline.records.fleet import DeviceStatus, FleetResults
 from specdec.pipeline.records.manifest import Quantization
 from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.records.results import BenchResults
@@ -186,3 +188,52 @@ def report_outcome(outcome: BenchOutcome) -> None:
         first = failed[0]
         raise GateFailedError(f"gate '{first.gate}' failed: {first.message}",
                               f"{len(failed)} of {len(outcome.gates)} gates failed; see {outcome.output}/summary.md")
+
+
+_STATUS_STYLE = {DeviceStatus.complete: "green", DeviceStatus.lost: "red", DeviceStatus.partial: "yellow",
+                 DeviceStatus.unusable: "red", DeviceStatus.error: "red"}
+
+
+def fleet_table(results: FleetResults) -> Table:
+    """One row per device: what fleet.md shows, narrowed to fit a terminal."""
+    s = results.summary
+    devices = f"{s.devices} device{'s' * (s.devices != 1)}"
+    table = Table(title=f"bench on {devices} ({s.wall_s:.1f} s, {s.jobs} at a time)", title_justify="left")
+    for column in ("device", "status", "tok/s plain→spec", "speedup (pred.)", "α", "mJ/tok", "°C", "lossless"):
+        table.add_column(column, justify="left" if column in ("device", "status", "lossless") else "right")
+    for row in results.devices:
+        status = f"[{_STATUS_STYLE[row.status]}]{row.status.value}[/]"
+        if row.results is None:
+            table.add_row(row.label, status, "—", "—", "—", "—", "—", "—")
+            continue
+        f = row.results.figures
+        same = row.results.lossless
+        lossless = "yes" if same.equal else "—" if not same.checked else f"{len(same.mismatches)} differ"
+        table.add_row(row.label, status, f"{_fmt(f.plain_tokens_per_s)}→{_fmt(f.tokens_per_s)}",
+                      f"{_fmt(f.speedup)} ({_fmt(f.predicted_speedup)})", _fmt(f.acceptance_rate),
+                      _fmt(f.energy_per_token_mj), _fmt(f.peak_temp_c), lossless)
+    return table
+
+
+def report_fleet(outcome: FleetOutcome) -> None:
+    """Print a fleet run and exit with the code of its failure classes (errors.FleetFailure)."""
+    results = outcome.results
+    out.print(fleet_table(results))
+    for row in results.devices:
+        if row.reason:
+            warn(f"{row.label}: {row.status.value}: {row.reason}")
+    for warning in results.warnings:
+        warn(warning)
+    for gate in results.gates:
+        err.print(f"{'[green]pass[/]' if gate.passed else '[red]FAIL[/]'} {gate.gate}: {gate.message}")
+    for row in results.devices:
+        for gate in row.failed_gates if row.status is DeviceStatus.complete else []:
+            err.print(f"[red]FAIL[/] {row.label} {gate.gate}: {gate.message}")
+    err.print(f"wrote [bold]{outcome.output}[/] (fleet.json, fleet.md, fleet.png, one results directory per device)")
+    failures = outcome.failures
+    if failures:
+        s = results.summary
+        counts = ", ".join(f"{n} {status.value}" for status, n in s.statuses.items())
+        raise FleetError(f"fleet: {', '.join(s.failures)} ({counts})",
+                         f"see {outcome.output}/fleet.md; exit code {s.exit_code} is 16 + the failure classes "
+                         "(docs/devices.md)", failures)

@@ -33,7 +33,7 @@ def tune(
     force: options.Force = False,
 ) -> None:
     """Measure the device's cost curve and the bundle's acceptance on it; store the best tree as the plan."""
-    config = options.config_from(TuneConfig, locals())
+    config = options.config_from(TuneConfig, locals(), **options.one_device(serial, adb_host, adb_port))
     source = Bundle.load(bundle)
     tuning = "tuning on the device (plain timing, verify cost curve, calibration per drafter)"
     with RichProgress(stage="tune").task(tuning):

@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.pipeline.bench import gates
 from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bundle.store import Bundle, StagedDirectory
-from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, BenchPrompt, load_bench_prompts
+from specdec.pipeline.inputs.prompts import BenchPrompt, load_bench_prompts
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import sensor_args
-from specdec.pipeline.ondevice.launch import prepare_device
-from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_on_device
-from specdec.pipeline.ondevice.payload import build_payload
+from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink
+from specdec.pipeline.ondevice.session import DeviceSession, DeviceTarget, SessionGroup, calibration_prompts
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
@@ -95,8 +92,13 @@ class BenchConfig:
             gates.parse_assertion(text)
 
     @property
+    def target(self) -> DeviceTarget:
+        return DeviceTarget(self.device, self.profile, serial=self.serial, adb_host=self.adb_host,
+                            adb_port=self.adb_port, python=self.python, runtime=self.runtime, threads=self.threads)
+
+    @property
     def profile_name(self) -> str:
-        return self.profile or profiles.DEFAULT_PROFILES[self.device]
+        return self.target.profile_name
 
 
 @dataclass
@@ -111,52 +113,41 @@ class BenchOutcome:
         return [g for g in self.gates if not g.passed]
 
 
-def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[BenchPrompt]) -> list[list[int]]:
-    """Prompts to tune on: --calib, else prompts of the file the run does not measure, else the measured ones."""
-    if config.calib is not None:
-        return [p.ids for p in load_bench_prompts(config.calib, codec, None, config.chat)][:CALIBRATION_PROMPTS]
-    every = load_bench_prompts(config.prompts, codec, None, config.chat)
-    held_out = [p.ids for p in every[len(measured):]]
-    return (held_out[-CALIBRATION_PROMPTS:] if held_out else [p.ids for p in measured])[:CALIBRATION_PROMPTS]
-
-
 def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None,
-              progress: Progress | None = None) -> BenchOutcome:
+              progress: Progress | None = None, *, group: SessionGroup | None = None,
+              baseline: gates.Baseline | None = None) -> BenchOutcome:
+    """Bench `bundle` on one device. `group`: the sessions this one runs beside (a fleet); `baseline`: one
+    already read (a fleet's, per device), instead of reading `config.baseline`."""
     # Everything the user gave is checked before any device work: profile, settings, gates and
     # baseline, prompts, and the output directory (writable, not clobbered; pipeline/bundle/staging.py).
-    profile = profiles.load_device(config.profile_name)
-    if profile.transport is not config.device:
-        raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
-                         f"{config.device.value}",
-                         f"pass {setting('device')} {profile.transport.value} or another {setting('profile')}")
+    target = config.target
+    profile = target.load_profile()
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
     options = options_from(config)
     settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
-    baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
+    if baseline is None and config.baseline is not None:
+        baseline = gates.load_baseline(config.baseline)
     codec = TextCodec(bundle.tokenizer_dir)
     prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat), bundle,
                                      settings.config.max_new_tokens)
     with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.
-        prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
-                                  adb_port=config.adb_port, python=config.python, runtime=config.runtime,
-                                  threads=config.threads, progress=progress)
-        device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
-                                                      prepared.info, prepared.threads, prepared.key)
-        settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario, device=key)
+        session = DeviceSession.open(target, profile, progress, group)
+        device = session.device
+        settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario, device=session.key)
         plan = settings.plan
         tune = None
         if plan is None and config.tune and settings.config.speculative:
-            tune = plans.tune_request(bundle, options, key, calibration_prompts(config, codec, prompts))
+            calibration = calibration_prompts(codec, calib=config.calib, prompts=config.prompts, measured=prompts,
+                                              chat=config.chat)
+            tune = plans.tune_request(bundle, options, session.key, calibration)
         sensors = sensor_args(device, profile, config.controllers)
         controls = controller_spec(config.controllers, profile, scenario, settings)
         controls["power"].update(sensors.power)
         run_spec = RunSpec(decode=settings.config, prompts=[p.ids for p in prompts], repeats=config.repeats,
-                           threads=threads, controllers=controls, tune=tune, weight_format=settings.weight_format)
-        with tempfile.TemporaryDirectory() as scratch:
-            payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
-            run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
-                                on_event=on_event, sensors=sensors, launch=launch, info=info)
+                           threads=session.threads, controllers=controls, tune=tune,
+                           weight_format=settings.weight_format)
+        run = session.run(bundle, run_spec, cooldown=config.cooldown, on_event=on_event, sensors=sensors)
         run.warnings += settings.notes + sensors.notes + truncated
         tuned = plans.tuned_plan(run.events)
         settings = plans.with_tuned(settings, tuned, tune)

@@ -51,6 +51,7 @@ class DeviceRun:
     cooldown: CooldownResult | None = None
     partial: bool = False
     partial_reason: str | None = None
+    lost: bool = False  # partial because the device went away (not because the runner stopped early)
     returncode: int | None = None
     log_tail: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -184,7 +185,7 @@ def run_on_device(device: Device, profile: DeviceProfile, payload: Path, run_id:
                 sampler = None
             run.thermal_after = thermal_snapshot(device)
         except DeviceLostError as exc:
-            run.partial, run.partial_reason = True, f"device lost mid-run: {exc.problem}"
+            run.partial, run.partial_reason, run.lost = True, f"device lost mid-run: {exc.problem}", True
             log.warning("%s: %s; keeping the %d events received", device.serial, exc.problem, len(run.events))
             sampler = None
         finally:

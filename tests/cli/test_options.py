@@ -9,6 +9,7 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import typer
 
 from specdec.cli import options
@@ -16,6 +17,7 @@ from specdec.cli.app import app
 from specdec.cli.console import command_options
 from specdec.pipeline.bench import BenchConfig
 from specdec.pipeline.compile import CompileConfig
+from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate.stage import GenerateConfig
 from specdec.pipeline.tune import TuneConfig
 
@@ -78,8 +80,17 @@ def test_a_shared_option_has_one_default_everywhere() -> None:
 def test_parameters_are_named_like_config_fields() -> None:
     """So `config_from` fills the config, and an error naming a setting names the flag (no mapping table)."""
     commands = dict(_commands(app))
-    command_only = {"generate": {"prompt", "prompts", "output", "force", "stats"}}
+    # bench's fleet options fill the fleet (settings/fleet.py's file, bench/fleet.py's FleetConfig), not BenchConfig
+    command_only = {"generate": {"prompt", "prompts", "output", "force", "stats"}, "bench": {"fleet", "jobs"}}
     for command, config in (("bench", BenchConfig), ("tune", TuneConfig), ("generate", GenerateConfig),
                             ("compile", CompileConfig)):
         fields = {field.name for field in dataclasses.fields(config)}
         assert set(command_options(commands[command])) - fields == command_only.get(command, set()), command
+
+
+def test_one_device_from_serial_options() -> None:
+    assert options.one_device(None, "h", 5) == {"serial": None, "adb_host": "h", "adb_port": 5}
+    assert options.one_device(["R5"], None, None) == {"serial": "R5", "adb_host": None, "adb_port": None}
+    assert options.one_device(["farm:5038/R5"], "h", 5) == {"serial": "R5", "adb_host": "farm", "adb_port": 5038}
+    with pytest.raises(InputError, match="this command runs on one device"):
+        options.one_device(["A", "B"], None, None)

@@ -12,7 +12,7 @@ from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bench.trace import IN_GRAPH_NOTE
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.ondevice import launch as bench_launch
+from specdec.pipeline.ondevice import session as device_session
 
 runner = CliRunner()
 
@@ -20,7 +20,7 @@ runner = CliRunner()
 @pytest.fixture
 def no_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the bench gets as far as opening the device."""
-    monkeypatch.setattr(bench_launch, "open_device", lambda *a, **k: pytest.fail("the device was opened"))
+    monkeypatch.setattr(device_session, "open_device", lambda *a, **k: pytest.fail("the device was opened"))
 
 
 @pytest.fixture(scope="module")
