@@ -170,17 +170,26 @@ def configure_genai(path: Path, threads: int, eos: list[int]) -> None:
 
 
 def genai_draft_pair(target: Path, draft: Path, out: Path) -> Path:
-    """A genai_config.json decoding `target` with `draft` as its draft model (`model.draft`, files by relative path)."""
+    """A genai model folder decoding `target` with `draft` as its draft model (`model.draft`). genai refuses
+    config paths with `..`, so the folder holds both models' files (hard links; copies across file systems):
+    the target's beside the config, the draft's in draft/."""
     config = json.loads((target / "genai_config.json").read_text())
     draft_config = json.loads((draft / "genai_config.json").read_text())
-    config["model"]["decoder"]["filename"] = os.path.relpath(target / config["model"]["decoder"]["filename"], out)
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    for source, folder in ((target, staging), (draft, staging / "draft")):
+        folder.mkdir(parents=True)
+        for item in source.iterdir():
+            if item.is_file() and item.name != "genai_config.json":
+                try:
+                    os.link(item, folder / item.name)
+                except OSError:
+                    shutil.copy2(item, folder / item.name)
     config["model"]["draft"] = dict(draft_config["model"]["decoder"])
-    config["model"]["draft"]["filename"] = os.path.relpath(draft / draft_config["model"]["decoder"]["filename"], out)
-    out.mkdir(parents=True, exist_ok=True)
-    for item in target.iterdir():  # the tokenizer and processing files genai reads beside its config
-        if item.is_file() and item.suffix in (".json", ".jinja", ".txt", ".model") and item.name != "genai_config.json":
-            shutil.copy2(item, out / item.name)
-    (out / "genai_config.json").write_text(json.dumps(config, indent=1))
+    config["model"]["draft"]["filename"] = f"draft/{draft_config['model']['decoder']['filename']}"
+    (staging / "genai_config.json").write_text(json.dumps(config, indent=1))
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
     return out
 
 

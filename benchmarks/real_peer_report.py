@@ -56,13 +56,14 @@ def print_table(configs: list[Config], reference: Config, perplexity: dict[str, 
         plain = by_key.get(f"{config.runner} {config.fmt} plain")
         own = (divergence(config.outputs, plain.outputs)[0]
                if config.mode != "plain" and plain is not None and plain.outputs else None)
-        ppl = perplexity.get(config.model)
-        row: dict[str, Any] = {"key": config.key, "runner": config.runner, "format": config.fmt, "mode": config.mode,
-               "tok_s": rate, "tok_s_runs": config.tok_s,
-               "vs_fastest_peer": rate / fastest if rate and fastest else None,
-               "prompts": len(config.outputs), "identical_to_reference": same, "first_divergence": first,
-               "identical_to_own_plain": own, "tokens_per_round": tokens_per_round(config), "stats": config.stats,
-               "perplexity": ppl, "outputs": config.outputs}
+        ppl = perplexity.get(config.scored)
+        row: dict[str, Any] = {
+            "key": config.key, "runner": config.runner, "format": config.fmt, "mode": config.mode,
+            "model": config.model, "tok_s": rate, "tok_s_runs": config.tok_s,
+            "vs_fastest_peer": rate / fastest if rate and fastest else None, "prompts": len(config.outputs),
+            "identical_to_reference": same, "first_divergence": first, "identical_to_own_plain": own,
+            "tokens_per_round": tokens_per_round(config), "stats": config.stats, "perplexity": ppl,
+            "outputs": config.outputs}
         rows.append(row)
         agreement = "—" if same is None else f"{same}/{len(config.outputs)}" + ("" if first is None else f" ({first})")
         print(f"| {RUNNER_NAMES[config.runner]} | {config.fmt} | {config.mode} | {_num(rate, 1)} | "

@@ -62,6 +62,7 @@ class Config:
     fmt: str
     mode: str  # plain | n-gram | draft | lookup | speculative
     model: str = ""
+    scored: str = ""  # the model file its perplexity is that of (a draft-model pair: its target's)
     options: dict[str, Any] = field(default_factory=dict)
     skipped: str | None = None  # why it cannot run here
     tok_s: list[float] = field(default_factory=list)
@@ -118,6 +119,7 @@ def locate(config: Config, args: argparse.Namespace, source: models.ModelSource,
         if config.mode == "draft" and not isinstance(found, str):
             drafted = models.genai_model(args.draft, config.fmt, args.threads, eos,
                                          root / f"draft-{models.path_key(args.draft)}", f"genai-draft-{config.fmt}")
+            config.scored = str(found)
             found = (f"no draft: {drafted}" if isinstance(drafted, str)
                      else models.genai_draft_pair(found, drafted, drafted.parent / f"genai-{config.fmt}-with-draft"))
             if not isinstance(found, str):
@@ -132,6 +134,7 @@ def locate(config: Config, args: argparse.Namespace, source: models.ModelSource,
         config.skipped = found
     else:
         config.model = str(found)
+        config.scored = config.scored or config.model
 
 
 def worker(job: dict[str, Any]) -> dict[str, Any] | str:
@@ -246,12 +249,12 @@ def main() -> None:
 
     windows = ppl_windows(source.hf_dir, args.ppl_text, args.ppl_window, args.ppl_windows)
     perplexity: dict[str, float | str] = {}  # by model file: every decoding mode of a file shares it
-    for config in (c for c in runnable if c.model not in perplexity):
-        answer = worker({"task": "perplexity", "runtime": config.runner, "model": config.model,
+    for config in (c for c in runnable if c.scored not in perplexity):
+        answer = worker({"task": "perplexity", "runtime": config.runner, "model": config.scored,
                          "threads": args.threads, "windows": windows, "n_ctx": max(map(len, windows)),
                          "options": {}})
-        perplexity[config.model] = answer if isinstance(answer, str) else math.exp(answer["nll"] / answer["count"])
-        print(f"perplexity {config.runner} {config.fmt}: {perplexity[config.model]}", flush=True)
+        perplexity[config.scored] = answer if isinstance(answer, str) else math.exp(answer["nll"] / answer["count"])
+        print(f"perplexity {config.runner} {config.fmt}: {perplexity[config.scored]}", flush=True)
 
     reference = configs[0]
     rows = print_table(configs, reference, perplexity)
