@@ -41,7 +41,8 @@ def compile_(
                                      "the bytes) or int8 (lossy, a quarter, per-channel scales calibrated here); "
                                      "cpu flavour; the profile's."),
     kv_calib: Path = typer.Option(None, "--kv-calib", help="Text to measure a lossy KV policy on against the full "
-                                  "cache (mismatch rate, perplexity); quantize's default calibration text."),
+                                  "cache (mismatch rate, perplexity): text, or JSONL with 'text' or 'input_ids' "
+                                  "lines, 32 tokens or more (default: the built-in calibration text)."),
     activations: Activations = typer.Option(None, "--activations",
                                             help="npu, w8a8 bundles: dynamic (the bundle's per-row scales, "
                                             "MatMulInteger: exact w8a8, CPU provider) or static-qdq "

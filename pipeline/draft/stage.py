@@ -26,8 +26,8 @@ from typing import Any
 
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.draft import budget, distill, pruning, report
-from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.inputs.calibration import read_tokens
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,8 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
 
     if resume is None:
         cost = (step_cost or budget.measure(target, int(start))) if budget_s is not None else None
-        calib = read_tokens(config.calib, tokenizer, shape.vocab) if config.calib else None
+        calib = (read_tokens(config.calib, lambda text: tokenizer.encode(text, add_special_tokens=False), shape.vocab)
+                 if config.calib else None)
         seq, chunk_rows = config.seq, None
         if cost is not None and budget_s is not None:
             text = budget.first_chunk(cost, started + budget_s * budget.CORPUS_SHARE - time.time(),

@@ -113,8 +113,8 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                                               logits_error=format_logits_error(manifest.reports, role))
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
-            tokens = (kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
-                      if settings.kv_policy.lossy else [])
+            tokens = (kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib,
+                                                    spec.vocab_size) if settings.kv_policy.lossy else [])
             if settings.kv_policy.quantized:  # int8 rows: scales from the float graph's own keys and values
                 scales = calibrate_scales(runner, tokens, settings.max_context)
                 ops = _kv_dtype_graph(weights, role, custom, positions, scales, path, info, settings, tokens, report)

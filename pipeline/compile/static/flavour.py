@@ -128,8 +128,9 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
         manifest.reports["compile"]["validation"] = written.tolerances
     if settings.kv_policy.lossy:  # what the window costs against the full cache
         with progress.task("measuring the KV policy against the full cache"):
-            tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
             info = read_bundle(source.path).graphs["target"]
+            tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib,
+                                                   info.vocab_size)
             manifest.reports["compile"]["kv_quality"] = kv_quality.measure_dynamic(
                 info, settings.max_context, settings.kv_policy, tokens)
 

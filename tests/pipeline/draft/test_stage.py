@@ -136,3 +136,12 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
     assert SHARED_DATA not in quantized.manifest.files and not (quantized.path / SHARED_DATA).exists()
     shown = CliRunner().invoke(app, ["inspect", str(quantized.path)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "each with its own copy" in shown.output
+
+
+def test_user_text_is_read_by_the_calibration_reader(target: Path, tmp_path: Path) -> None:
+    """--calib goes through inputs/calibration.read_tokens: the same formats and minimum as quantize's."""
+    short = tmp_path / "short.txt"
+    short.write_text("a few words")
+    with pytest.raises(InputError, match=r"calib file '.*short.txt' has only \d+ tokens \(at least 32 needed\)"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", layers=2, steps=1, calib=short, **SMALL))  # type: ignore[arg-type]
+    assert not (tmp_path / "d").exists()
