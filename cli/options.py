@@ -12,7 +12,8 @@ command using one gives it the same default.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -26,12 +27,27 @@ from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 C = TypeVar("C")
 
 
-def config_from(config: type[C], arguments: Mapping[str, Any], **converted: Any) -> C:
-    """`config(**fields)` from a command's arguments named like its fields; unset (None) ones keep the
-    config's defaults. `converted` supplies fields the command parsed itself (a comma list, ...)."""
-    names = {field.name for field in dataclasses.fields(config)}  # type: ignore[arg-type]
-    given = {name: value for name, value in arguments.items() if name in names and value is not None}
-    return config(**(given | converted))
+def config_from(config: type[C], arguments: Mapping[str, Any], *, build: Callable[..., C] | None = None,
+                **converted: Any) -> C:
+    """`config(**fields)` from a command's arguments named like its fields, the fields of a record it
+    embeds flat (`records.codec.FLATTEN`: the DecodeOptions of bench, generate and tune) included;
+    unset (None) ones keep the config's defaults. `converted` supplies fields the command parsed
+    itself (a comma list, ...); `build` is the config's constructor from text where it has one
+    (QuantizeConfig.from_text)."""
+    given = {name: value for name, value in (dict(arguments) | converted).items() if value is not None}
+    return (build or config)(**_fields(config, given))
+
+
+def _fields(record: type, given: Mapping[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(record)
+    fields: dict[str, Any] = {}
+    for field in dataclasses.fields(record):
+        if field.metadata.get("flatten"):
+            nested = hints[field.name]
+            fields[field.name] = nested(**_fields(nested, given))
+        elif field.name in given:
+            fields[field.name] = given[field.name]
+    return fields
 
 
 def read_ban(path: Path | None) -> tuple[str, ...] | None:

@@ -24,15 +24,15 @@ from specdec.pipeline.ondevice.launch import prepare_device
 from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_on_device
 from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
+from specdec.pipeline.records.codec import FLATTEN
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import profiles
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 from specdec.pipeline.settings.resolve import (
     DEFAULT_CONTROLLERS,
     check_controllers,
     controller_spec,
-    options_from,
     run_settings,
 )
 from specdec.pipeline.tune import plans
@@ -53,31 +53,15 @@ class BenchConfig:
     chat: bool = False  # text prompts as user messages through the bundle's chat template
     limit: int | None = None
     repeats: int = 1
-    # Decode settings, by DecodeConfig field name; None: not set, the plan, scenario, profile or
-    # built-in default decides (pipeline/settings/resolve.py), as for `specdec generate`.
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    mode: VerifyMode | None = None
-    seed: int | None = None
-    tree_budget: int | None = None
-    depth: int | None = None
-    width: int | None = None
-    drafter: DrafterKind | None = None  # None: the scenario's or profile's, else model
-    lookup_max_ngram: int | None = None
-    lookup_min_ngram: int | None = None
+    # the decode settings the run was given (flat in YAML and on the command line); None: not set, the
+    # plan, scenario, profile or built-in default decides (pipeline/settings/resolve.py)
+    decode: DecodeOptions = field(default_factory=DecodeOptions, metadata=FLATTEN)
     threads: int | None = None
     python: str | None = None
     runtime: RuntimeKind | None = None  # None: the profile's runtime.use
     cooldown: bool = True
     tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
     calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
-    exact_layout: bool | None = None
-    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
-    ban: tuple[str, ...] | None = None
-    ban_policy: BanPolicy | None = None
-    refusal: str | None = None
-    json_schema: str | None = None
-    regex: str | None = None
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
     baseline: Path | None = None
@@ -130,7 +114,7 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                          f"{config.device.value}",
                          f"pass {setting('device')} {profile.transport.value} or another {setting('profile')}")
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
-    options = options_from(config)
+    options = config.decode
     settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
     baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
     codec = TextCodec(bundle.tokenizer_dir)

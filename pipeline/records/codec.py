@@ -8,8 +8,9 @@ keys are errors, required fields must be present, enums take their values, a rec
 `__post_init__` checks run on construction. Error locations are dotted paths
 (`buckets.graphs.target.0.q`).
 
-Supported field types: the JSON scalars, `Path`, enums, `Literal[...]`, nested dataclasses, `list[T]`,
-`tuple[T, ...]`, `tuple[A, B]`, `dict[str | int | Enum, T]`, `X | None`, unions of those and `Any`.
+Supported field types: the JSON scalars, `Path`, enums, `Literal[...]`, nested dataclasses (`FLATTEN`:
+read at the parent's level), `list[T]`, `tuple[T, ...]`, `tuple[A, B]`, `dict[str | int | Enum, T]`,
+`X | None`, unions of those and `Any`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ T = TypeVar("T")
 # Field metadata: `OMIT_DEFAULT` leaves a field out of the JSON while it holds its default, so an
 # optional key that older files never had keeps those files byte-for-byte the same shape.
 OMIT_DEFAULT: Mapping[str, Any] = types.MappingProxyType({"omit_default": True})
+# `FLATTEN` puts a nested record's fields at its parent's level: a stage config embeds its
+# DecodeOptions so, and a pipeline YAML section reads `max_new_tokens: 32`, not `decode: {...}`.
+FLATTEN: Mapping[str, Any] = types.MappingProxyType({"flatten": True})
 
 
 def json_key(name: str, **extra: Any) -> dict[str, Any]:
@@ -57,6 +61,9 @@ def dump(value: Any) -> Any:
         out: dict[str, Any] = {}
         for field in dataclasses.fields(value):
             item = getattr(value, field.name)
+            if field.metadata.get("flatten"):
+                out.update(dump(item))
+                continue
             if field.metadata.get("omit_default") and item == _default(field):
                 continue
             out[field.metadata.get("key", field.name)] = dump(item)
@@ -223,15 +230,31 @@ def _default(field: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
+def record_keys(cls: type) -> set[str]:
+    """The keys a record reads, those of its FLATTEN fields' records included."""
+    keys: set[str] = set()
+    hints = _hints(cls)
+    for field in dataclasses.fields(cls):
+        if field.init:
+            keys |= record_keys(hints[field.name]) if field.metadata.get("flatten") else {field.metadata.get("key",
+                                                                                                            field.name)}
+    return keys
+
+
 def _parse_record(cls: type, value: Any, where: str) -> Any:
     if isinstance(value, cls):
         return value  # already a record: its constructor validated it
     if not isinstance(value, Mapping):
         raise RecordError(where, f"Input should be a mapping, got {_describe(value)}")
     hints = _hints(cls)
-    by_key = {f.metadata.get("key", f.name): f for f in dataclasses.fields(cls) if f.init}
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    by_key = {f.metadata.get("key", f.name): f for f in fields if not f.metadata.get("flatten")}
+    flattened = {f.name: record_keys(hints[f.name]) for f in fields if f.metadata.get("flatten")}
+    for name, keys in flattened.items():
+        if keys & set(by_key):  # a programming error: the parent's key would hide the nested one
+            raise TypeError(f"{cls.__name__}.{name} flattens keys its parent has: {sorted(keys & set(by_key))}")
     for key in value:
-        if key not in by_key:
+        if key not in by_key and not any(key in keys for keys in flattened.values()):
             raise RecordError(_at(where, key), "Extra inputs are not permitted")
     kwargs: dict[str, Any] = {}
     for key, field in by_key.items():
@@ -239,6 +262,8 @@ def _parse_record(cls: type, value: Any, where: str) -> Any:
             kwargs[field.name] = parse(hints[field.name], value[key], _at(where, key))
         elif _default(field) is dataclasses.MISSING:
             raise RecordError(_at(where, key), "Field required")
+    for name, keys in flattened.items():
+        kwargs[name] = parse(hints[name], {key: item for key, item in value.items() if key in keys}, where)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:

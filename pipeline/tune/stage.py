@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,16 @@ from specdec.pipeline.ondevice.launch import prepare_device
 from specdec.pipeline.ondevice.orchestrate import ProgressSink, run_on_device
 from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.decode import DrafterKind
+from specdec.pipeline.records.codec import FLATTEN, to_dict
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.settings import profiles
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 from specdec.pipeline.settings.resolve import run_settings
 from specdec.pipeline.tune import plans
+
+CALIBRATION_TOKENS = 48  # tokens of each calibration reply
 
 
 @dataclass(frozen=True)
@@ -48,19 +51,30 @@ class TuneConfig:
     threads: int | None = None
     python: str | None = None
     runtime: RuntimeKind | None = None  # None: the profile's runtime.use
-    max_new_tokens: int = 48
-    drafter: DrafterKind | None = None  # None: calibrate every drafter the bundle can run
-    exact_layout: bool | None = None
+    # the decode settings the run was given: `drafter` (None: calibrate every drafter the bundle can run),
+    # `exact_layout`, ...; `max_new_tokens` is each calibration reply's length (default CALIBRATION_TOKENS)
+    decode: DecodeOptions = field(default_factory=DecodeOptions, metadata=FLATTEN)
     force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.calibration_tokens < 8:
+            raise InputError(f"{setting('max_new_tokens')} must be at least 8 for calibration", "use 8 or more")
+
+    @property
+    def calibration_tokens(self) -> int:
+        return self.decode.max_new_tokens if self.decode.max_new_tokens is not None else CALIBRATION_TOKENS
 
     @property
     def profile_name(self) -> str:
         return self.profile or profiles.DEFAULT_PROFILES[self.device]
 
     def record(self) -> dict[str, Any]:
+        drafter = self.decode.drafter
         return {"device": self.device.value, "profile": self.profile_name, "threads": self.threads,
-                "calib": str(self.calib) if self.calib else None, "max_new_tokens": self.max_new_tokens,
-                "exact_layout": self.exact_layout, "drafter": self.drafter.value if self.drafter else None}
+                "calib": str(self.calib) if self.calib else None, "max_new_tokens": self.calibration_tokens,
+                "exact_layout": self.decode.exact_layout, "drafter": getattr(drafter, "value", drafter),
+                **{key: value for key, value in to_dict(self.decode).items()
+                   if value is not None and key not in ("max_new_tokens", "exact_layout", "drafter")}}
 
 
 def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
@@ -73,13 +87,11 @@ def _calibration(config: TuneConfig, codec: TextCodec) -> list[list[int]]:
 
 def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | None = None,
                 progress: Progress | None = None) -> tuple[Bundle, DevicePlan]:
-    if config.max_new_tokens < 8:
-        raise InputError(f"{setting('max_new_tokens')} must be at least 8 for calibration", "use 8 or more")
     profile = profiles.load_device(config.profile_name)
     if profile.transport is not config.device:
         raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
                          f"{config.device.value}", f"pass {setting('device')} {profile.transport.value}")
-    options = {"exact_layout": config.exact_layout, "drafter": config.drafter}
+    options = config.decode
     # one plan per weight format the bundle's target is carried in (one: its own format)
     carried = source.manifest.weight_formats()
     formats: list[str | None] = list(carried) if len(carried) > 1 else [None]
@@ -95,7 +107,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
         device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
                                                       prepared.info, prepared.threads, prepared.key)
         request = plans.tune_request(source, options, key, prompts, only=True,
-                                        max_new_tokens=config.max_new_tokens)
+                                        max_new_tokens=config.calibration_tokens)
         assert request is not None  # `only` always asks
         measured: dict[str | None, DevicePlan] = {}
         warnings: list[str] = []

@@ -3,7 +3,6 @@ using one gives it the same default; parameters are named like the config fields
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Iterator
@@ -17,6 +16,7 @@ from specdec.cli.console import command_options
 from specdec.pipeline.bench import BenchConfig
 from specdec.pipeline.compile import CompileConfig
 from specdec.pipeline.generate.stage import GenerateConfig
+from specdec.pipeline.records.codec import record_keys
 from specdec.pipeline.tune import TuneConfig
 
 
@@ -76,10 +76,11 @@ def test_a_shared_option_has_one_default_everywhere() -> None:
 
 
 def test_parameters_are_named_like_config_fields() -> None:
-    """So `config_from` fills the config, and an error naming a setting names the flag (no mapping table)."""
+    """So `config_from` fills the config, and an error naming a setting names the flag (no mapping table);
+    a misspelt parameter would be left out of the config silently, so it fails here."""
     commands = dict(_commands(app))
     command_only = {"generate": {"prompt", "prompts", "output", "force", "stats"}}
     for command, config in (("bench", BenchConfig), ("tune", TuneConfig), ("generate", GenerateConfig),
                             ("compile", CompileConfig)):
-        fields = {field.name for field in dataclasses.fields(config)}
+        fields = record_keys(config)  # the decode settings it embeds flat (DecodeOptions) included
         assert set(command_options(commands[command])) - fields == command_only.get(command, set()), command

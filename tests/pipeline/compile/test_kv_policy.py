@@ -21,6 +21,7 @@ from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.errors import GenerationError, InputError
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVDtype, KVPolicy
+from specdec.pipeline.settings.decode_options import DecodeOptions
 
 CONTEXT = 64
 SINKS, WINDOW = 2, 12
@@ -145,8 +146,8 @@ def test_bench_decodes_past_the_context_under_the_window(windowed: Bundle, tmp_p
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n{"id": "b", "input_ids": [9, 10, 11, 12]}\n')
-    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts, max_new_tokens=3 * CONTEXT,
-                                    repeats=1, tune=False), windowed)
+    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts, repeats=1, tune=False,
+                                    decode=DecodeOptions(max_new_tokens=3 * CONTEXT)), windowed)
     results = outcome.results
     assert results.lossless.checked and results.lossless.equal
     memory = results.memory

@@ -22,6 +22,7 @@ from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.quantize.config import WeightFormat
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 from specdec.pipeline.tune.plans import choose_format
@@ -84,13 +85,14 @@ def _config(tokens: int, speculative: bool, exact: bool):  # type: ignore[no-unt
 
 def test_tune_measures_each_format_and_generate_and_bench_use_the_plans(two, prompts_file: Path,  # type: ignore[no-untyped-def]
                                                                        tmp_path: Path) -> None:
-    tuned, plan = tune_bundle(TuneConfig(output=tmp_path / "tuned", max_new_tokens=12), two[2])
+    tuned, plan = tune_bundle(TuneConfig(output=tmp_path / "tuned", decode=DecodeOptions(max_new_tokens=12)), two[2])
     assert plan.weight_format in ("nbits", "w8a8")
     assert [line.split(":")[0] for line in plan.formats_compared] == ["nbits", "w8a8"]
     assert any(note.startswith(f"weight format {plan.weight_format}") for note in plan.notes)
     stored = Bundle.load(tuned.path).manifest.plan
     assert stored is not None and stored.for_device(plan.device) == plan
-    settings = generate_settings(GenerateConfig(max_new_tokens=16, speculative=True), tuned, load_device("local-cpu"),
+    settings = generate_settings(GenerateConfig(decode=DecodeOptions(max_new_tokens=16, speculative=True)), tuned,
+                                 load_device("local-cpu"),
                                  None)
     assert settings.weight_format == plan.weight_format
     engine = Generator(tuned, weight_format=settings.weight_format).engine
@@ -104,7 +106,8 @@ def test_tune_measures_each_format_and_generate_and_bench_use_the_plans(two, pro
     chosen, other = (("cpu/w8a8/target.onnx", "cpu/target.onnx") if plan.weight_format == "w8a8"
                      else ("cpu/target.onnx", "cpu/w8a8/target.onnx"))
     assert chosen in files and other not in files and "cpu/draft.onnx" in files
-    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts_file, limit=2, max_new_tokens=10),
+    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts_file, limit=2,
+                                    decode=DecodeOptions(max_new_tokens=10)),
                         tuned)
     assert outcome.results.plan is not None and outcome.results.plan.source == "bundle"
     assert outcome.results.lossless.equal
@@ -131,15 +134,15 @@ def test_choose_format_takes_the_best_predicted_tokens_per_second_among_exact_on
 
 
 def test_bad_format_lists(tmp_path: Path) -> None:
-    config = QuantizeConfig(output=tmp_path / "x", format="w8a8,nbits")
+    config = QuantizeConfig.from_text(output=tmp_path / "x", format="w8a8,nbits")
     assert (config.weight_format, config.also_formats) == (WeightFormat.w8a8, (WeightFormat.nbits,))
     assert config.for_format(WeightFormat.nbits).method_for("target").value == "awq"  # w8a8's rtn is not "given"
     with pytest.raises(InputError, match="names w8a8 twice"):
-        QuantizeConfig(output=tmp_path / "x", format="w8a8,w8a8")
+        QuantizeConfig.from_text(output=tmp_path / "x", format="w8a8,w8a8")
     with pytest.raises(InputError, match="leaves the target out"):
-        QuantizeConfig(output=tmp_path / "x", format="nbits,w8a8", graphs="draft")
+        QuantizeConfig.from_text(output=tmp_path / "x", format="nbits,w8a8", graphs="draft")
     with pytest.raises(InputError, match="unknown weight format 'int3'"):
-        QuantizeConfig(output=tmp_path / "x", format="nbits,int3")
+        QuantizeConfig.from_text(output=tmp_path / "x", format="nbits,int3")
 
 
 def test_npu_flavour_refuses_two_formats(two, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
