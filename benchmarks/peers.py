@@ -171,7 +171,7 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, wanted:
 
     def quantized_cpu(name: str) -> Bundle:
         cache, settings = quantized[name]
-        bundle = cached(cache, lambda p: quantize_bundle(QuantizeConfig(output=p, **settings), surgered()))
+        bundle = cached(cache, lambda p: quantize_bundle(QuantizeConfig.from_text(output=p, **settings), surgered()))
         reports[name] = bundle.manifest.reports.get("quantize")
         return cpu(f"cpu-{cache}" + ("-fp32" if name.endswith("fp32") else ""), bundle)
 

@@ -13,7 +13,6 @@ from specdec.cli.render import quality_table
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.records.manifest import MIXED_FORMAT
-from specdec.pipeline.settings.profiles import DEFAULT_PROFILES, Transport
 
 
 def quantize(
@@ -86,8 +85,8 @@ def quantize(
 ) -> None:
     """Quantize target and draft weights (INT4/INT8 MatMulNBits with RTN, GPTQ or AWQ, or w8a8) with a quality
     report."""
-    config = options.config_from(QuantizeConfig, locals(), keep_float=tuple(keep_float or ()),
-                                 profile=profile or DEFAULT_PROFILES[Transport.local])
+    config = options.config_from(QuantizeConfig, locals(), build=QuantizeConfig.from_text,
+                                 keep_float=tuple(keep_float or ()))
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="quantize"))
     report = result.manifest.reports["quantize"]
     assert result.manifest.quantization is not None

@@ -8,8 +8,8 @@ The YAML's stage sections ARE the stage configs: a section takes exactly the fie
 of ExportConfig, SurgeryConfig, QuantizeConfig, CompileConfig or BenchConfig, validated by
 `records.codec` (unknown keys are errors, choices are enums) and by the config's own checks,
 plus `enabled` (all but export). What the chain decides itself is not a section key: `output`
-and `force` of every stage, export's `target`/`draft` and the `profile` of compile and bench
-(top-level keys). Two pipeline defaults differ from the commands' and are listed in
+and `force` of every stage, export's `target`/`draft` and the `profile` of quantize, compile
+and bench (top-level keys). Two pipeline defaults differ from the commands' and are listed in
 `PIPELINE_DEFAULTS`: the articles' pairing (AWQ target, GPTQ draft) and 8 bench prompts.
 """
 
@@ -129,8 +129,9 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
         output=root,
         export=section("export", target=target, draft=draft),
         surgery=section("surgery"),
-        quantize=section("quantize"),
-        compile=section("compile", profile=bench.profile_name),  # compile for the device bench runs on
+        # quantize and compile for the device bench runs on (its profile's format and graph flavour)
+        quantize=section("quantize", profile=bench.profile_name),
+        compile=section("compile", profile=bench.profile_name),
         bench=bench,
         skipped=frozenset(skipped),
         from_target=from_target,

@@ -263,6 +263,10 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     from specdec.pipeline.inputs.text import TextCodec
 
     progress = progress or SilentProgress()
+    _ = config.weight_format  # the profile's format when none was given: a bad profile fails before any work
+    for path, key in ((config.calib, "calib"), (config.eval_file, "eval_file")):
+        if path is not None and not path.is_file():
+            raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
     _check_bundle(source)
     manifest = source.manifest.copy()
     context = min(spec.max_position_embeddings for spec in manifest.graphs.values())

@@ -33,7 +33,7 @@ NPU = {"target": GraphFlavour.npu, "buckets": (4, 8), "draft_buckets": (1, 4), "
 @pytest.fixture(scope="module")
 def compiled(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("qdq")
-    w8a8 = quantize_bundle(QuantizeConfig(output=root / "q", format="w8a8", **SMALL), bundle_factory("llama"))
+    w8a8 = quantize_bundle(QuantizeConfig.from_text(output=root / "q", format="w8a8", **SMALL), bundle_factory("llama"))
     static = compile_bundle(CompileConfig(output=root / "npu", activations=Activations.static_qdq, **NPU), w8a8)  # type: ignore[arg-type]
     return w8a8, static
 

@@ -131,7 +131,8 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
 
     surgered = surgery_bundle(SurgeryConfig(output=tmp_path / "surgered"), Bundle.load(bundle.path))
     assert SHARED_DATA in surgered.manifest.files
-    quantized = quantize_bundle(QuantizeConfig(output=tmp_path / "quantized", method="rtn", calib_samples=2,
+    quantized = quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "quantized", format="nbits", method="rtn",
+                                                         calib_samples=2,
                                                calib_seq_len=16, eval_prompts=1, eval_new_tokens=4), surgered)
     assert SHARED_DATA not in quantized.manifest.files and not (quantized.path / SHARED_DATA).exists()
     shown = CliRunner().invoke(app, ["inspect", str(quantized.path)], env={"COLUMNS": "200"})

@@ -55,7 +55,7 @@ def test_rows_are_invariant_with_two_or_more_rows(bits: int, level: int) -> None
 @pytest.fixture(scope="module")
 def int8_bundles(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("int8")
-    return {arch: quantize_bundle(QuantizeConfig(output=root / arch, method=Method.rtn, accuracy_level=4,
+    return {arch: quantize_bundle(QuantizeConfig.from_text(output=root / arch, method=Method.rtn, accuracy_level=4,
                                                  calib_samples=8, eval_prompts=2, eval_new_tokens=8),
                                   bundle_factory(arch))
             for arch in ("llama", "qwen2", "mistral")}
