@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import demo_train_lib as lib  # noqa: E402
 
-from specdec.pipeline.export.checkpoint import demo_dir  # noqa: E402
+from specdec.pipeline.inputs.checkpoint import demo_dir  # noqa: E402
 
 
 def layer_skip_init(target: lib.LlamaForCausalLM, layers: int) -> lib.LlamaForCausalLM:

@@ -43,7 +43,7 @@ from realistic import write_pair  # noqa: E402
 
 from specdec.pipeline.draft import DraftConfig, make_draft  # noqa: E402
 from specdec.pipeline.draft.distill import CHAIN, continue_rows  # noqa: E402
-from specdec.pipeline.export.checkpoint import demo_dir  # noqa: E402
+from specdec.pipeline.inputs.checkpoint import demo_dir  # noqa: E402
 
 SPECDEC = str(Path(sys.executable).with_name("specdec"))
 

@@ -71,7 +71,7 @@ class Config:
 
 def checkpoints(target: str, draft: str) -> tuple[Path, Path]:
     if target == "demo":
-        from specdec.pipeline.export.checkpoint import demo_dir
+        from specdec.pipeline.inputs.checkpoint import demo_dir
 
         return demo_dir("target"), demo_dir("draft")
     return realistic_pair(draft, wide=target == "wide")

@@ -81,7 +81,7 @@ def test_realistic_growth_in_width_keeps_the_function(monkeypatch: pytest.Monkey
     import torch
     from transformers import AutoModelForCausalLM
 
-    from specdec.pipeline.export.checkpoint import demo_dir
+    from specdec.pipeline.inputs.checkpoint import demo_dir
 
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from realistic import grow

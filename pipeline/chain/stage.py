@@ -32,7 +32,7 @@ from specdec.pipeline.draft.report import read as read_draft_report
 from specdec.pipeline.draft.stage import resolve_target
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.export import ExportConfig, export_bundle
-from specdec.pipeline.export import checkpoint as ckpt
+from specdec.pipeline.inputs.checkpoint import DEMO_NAME
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.quantize.config import QuantizeConfig
 from specdec.pipeline.quantize.stage import quantize_bundle
@@ -102,7 +102,7 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
     for key in data:
         if key not in TOP_LEVEL and key not in SECTIONS:
             raise RecordError(str(key), "Extra inputs are not permitted")
-    target: str = parse(str, data.get("target", ckpt.DEMO_NAME), "target")
+    target: str = parse(str, data.get("target", DEMO_NAME), "target")
     # relative paths in the file are relative to the file; --out is relative to the working directory
     root = output if output is not None else base / parse(Path, data.get("output", "specdec-out"), "output")
     from_target = _from_target(data.get("draft"), target, root, base)

@@ -20,7 +20,6 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,11 @@ from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.inputs.calibration import read_tokens
+from specdec.pipeline.inputs.checkpoint import resolve_checkpoint
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
 
-DEMO_NAME = "demo"
 STATE_VERSION = 1
 
 
@@ -109,15 +108,8 @@ class DraftResult:
 
 
 def resolve_target(spec: str) -> Path:
-    if spec == DEMO_NAME:
-        return Path(str(resources.files("specdec.pipeline.demo") / "target"))
-    path = Path(spec).expanduser()
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise InputError(f"target '{spec}' is not a Hugging Face checkpoint directory (no config.json)",
-                         "pass a directory written by `save_pretrained`, or 'demo'")
-    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
-        raise InputError(f"target '{spec}' has a config.json but no weights", "copy the weight files into it")
-    return path
+    """The target's checkpoint directory (the demo's, or a local one: distillation loads it with torch)."""
+    return Path(resolve_checkpoint(spec, "target", local=True))
 
 
 def state_path(output: Path) -> Path:

@@ -1,58 +1,21 @@
-"""Resolve and load Hugging Face checkpoints (local directories, hub ids, or the built-in demo)."""
+"""Load Hugging Face checkpoints (local directories, hub ids, or the built-in demo: inputs/checkpoint.py
+resolves the argument)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.errors import InputError, UnsupportedModelError
 from specdec.pipeline.export.architectures import Architecture, lookup
 from specdec.pipeline.graphs.files import sha256_file
+from specdec.pipeline.inputs.checkpoint import resolve_checkpoint
 
 log = logging.getLogger(__name__)
 
-DEMO_NAME = "demo"
-_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 _CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
-
-
-def demo_dir(role: str) -> Path:
-    """Directory of the built-in demo target or draft shipped as package data."""
-    path = Path(str(resources.files("specdec.pipeline.demo") / role))
-    if not (path / "config.json").is_file():
-        raise InputError(
-            f"the built-in demo {role} is missing from this installation ({path})",
-            "reinstall specdec, or train it with `python scripts/train_demo.py`",
-        )
-    return path
-
-
-def resolve(spec: str, role: str) -> str:
-    """Map a user's TARGET/DRAFT argument to something `from_pretrained` accepts."""
-    if spec == DEMO_NAME:
-        return str(demo_dir(role))
-    path = Path(spec).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise InputError(f"{role} '{spec}' is a file, not a checkpoint directory", "pass the directory")
-        if not (path / "config.json").is_file():
-            raise InputError(
-                f"{role} '{spec}' is not a Hugging Face checkpoint (no config.json)",
-                "pass a directory written by `save_pretrained`, or 'demo'",
-            )
-        if not any(any(path.glob(pattern)) for pattern in _WEIGHT_PATTERNS):
-            raise InputError(
-                f"{role} '{spec}' has a config.json but no weights (*.safetensors or pytorch_model.bin)",
-                "copy the weight files into the directory",
-            )
-        return str(path)
-    looks_like_hub_id = spec.count("/") == 1 and not spec.startswith((".", "/", "~"))
-    if not looks_like_hub_id:
-        raise InputError(f"{role} checkpoint '{spec}' does not exist", "pass a local checkpoint directory")
-    return spec
 
 
 @dataclass
@@ -140,7 +103,7 @@ def source_digests(source: str) -> dict[str, str]:
 
 
 def load_checkpoint(spec: str, role: str, dtype: str, *, with_model: bool = True) -> Checkpoint:
-    source = resolve(spec, role)
+    source = resolve_checkpoint(spec, role)
     config, architecture = load_config(source, role)
     tokenizer = load_tokenizer(source, role)
     model = load_model(source, role, config, dtype) if with_model else None

@@ -23,6 +23,7 @@ from specdec.pipeline.export.tensor_sharing import share_identical
 from specdec.pipeline.export.torch_graph import export_onnx
 from specdec.pipeline.export.validate import enforce, validate_graph
 from specdec.pipeline.graphs.files import describe_io
+from specdec.pipeline.inputs.checkpoint import DEMO_NAME, resolve_checkpoint
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -57,12 +58,12 @@ class ExportConfig:
 
     @property
     def target_only(self) -> bool:
-        return self.no_draft or (self.draft is None and self.target != ckpt.DEMO_NAME)
+        return self.no_draft or (self.draft is None and self.target != DEMO_NAME)
 
     def sources(self) -> dict[str, str]:
         if self.target_only:
             return {"target": self.target}
-        return {"target": self.target, "draft": self.draft or ckpt.DEMO_NAME}
+        return {"target": self.target, "draft": self.draft or DEMO_NAME}
 
     def record(self) -> dict[str, Any]:
         """What the lineage stores: everything that changes the output, nothing that does not."""
@@ -77,7 +78,7 @@ class ExportConfig:
         """sha256 of every checkpoint file: the export's lineage inputs, and what `specdec pipeline`
         compares to reuse an export. Computed once per config, here only."""
         return {f"{role}/{name}": digest for role, spec in self.sources().items()
-                for name, digest in ckpt.source_digests(ckpt.resolve(spec, role)).items()}
+                for name, digest in ckpt.source_digests(resolve_checkpoint(spec, role)).items()}
 
 
 def _tokenizer_spec(tokenizer: Any, generation_eos: Any) -> TokenizerSpec:
