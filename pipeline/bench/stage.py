@@ -17,7 +17,7 @@ from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bundle.store import Bundle, StagedDirectory
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, BenchPrompt, load_bench_prompts
+from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, BenchPrompt, fit_prompts, load_bench_prompts
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import sensor_args
 from specdec.pipeline.ondevice.launch import prepare_device
@@ -118,8 +118,8 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
     settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
     baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
     codec = TextCodec(bundle.tokenizer_dir)
-    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat), bundle,
-                                     settings.config.max_new_tokens)
+    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat),
+                                     bundle.context, settings.config.max_new_tokens)
     with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.
         prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
@@ -164,23 +164,3 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         write_outputs(staged.dir, results, run, figures_only=True)
         staged.commit()
     return outcome
-
-
-def bundle_context(bundle: Bundle) -> int:
-    """The positions a reply may reach: the compiled context, or past it under a window KV policy."""
-    table = bundle.manifest.buckets
-    if table is not None:
-        return table.kv_policy.positions(table.max_context)
-    return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
-
-
-def fit_prompts(prompts: list[BenchPrompt], bundle: Bundle, max_new_tokens: int) -> tuple[list[BenchPrompt], list[str]]:
-    """Keep the end of prompts that would leave no room for the reply in the bundle's context."""
-    room = bundle_context(bundle) - max_new_tokens - 1
-    if room < 1:
-        raise InputError(f"{setting('max_new_tokens')} {max_new_tokens} leaves no room for a prompt in the bundle's "
-                         f"context of {bundle_context(bundle)} tokens", f"lower {setting('max_new_tokens')}")
-    long = [p.id for p in prompts if len(p.ids) > room]
-    notes = [f"{len(long)} prompt(s) longer than {room} tokens were cut to their last {room} "
-             f"({', '.join(long[:4])})"] if long else []
-    return [BenchPrompt(p.id, p.ids[-room:], p.scenario) for p in prompts], notes

@@ -105,6 +105,15 @@ class Bundle:
         return bundle_info(self.path, self.manifest.with_format(weight_format))
 
     @property
+    def context(self) -> int:
+        """The positions a reply may reach: the compiled context (or past it under a window KV policy),
+        else the graphs' own."""
+        table = self.manifest.buckets
+        if table is not None:
+            return table.kv_policy.positions(table.max_context)
+        return min(spec.max_position_embeddings for spec in self.manifest.graphs.values())
+
+    @property
     def tokenizer_dir(self) -> Path:
         return self.path / self.manifest.tokenizer.dir
 

@@ -15,7 +15,7 @@ from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.processors.base import REFUSED
 from specdec.pipeline.engine.stats import Reply
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.inputs.prompts import PromptItem, prompt_tokens
+from specdec.pipeline.inputs.prompts import PromptItem, prompt_room, prompt_tokens
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.codec import FLATTEN
 from specdec.pipeline.records.decode import BanPolicy, DecodeConfig
@@ -56,7 +56,7 @@ class Generator:
         if not ids:
             raise InputError(f"prompt '{item.id}' is empty", "pass some text or input_ids")
         context = self.engine.max_context
-        limit = context - min(config.max_new_tokens, context // 2) - 1
+        limit = prompt_room(context, config.max_new_tokens)
         if truncate and len(ids) > limit:
             return ids[-limit:]
         if len(ids) >= context:

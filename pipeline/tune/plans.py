@@ -51,9 +51,9 @@ def tune_request(bundle: Bundle, options: DecodeOptions, device: str, prompts: l
         request.max_new_tokens = max_new_tokens
     # Calibration decodes max_new_tokens past the prompt and then verifies trees of up to max_budget nodes:
     # keep the end of prompts that would not leave that much room in the bundle's context.
-    room = _context(bundle) - request.max_new_tokens - request.max_budget - 1
+    room = bundle.context - request.max_new_tokens - request.max_budget - 1
     if room < 2:
-        request.max_budget = max(2, _context(bundle) - request.max_new_tokens - 3)
+        request.max_budget = max(2, bundle.context - request.max_new_tokens - 3)
         room = 2
     request.prompts = [p[-room:] for p in prompts if p]
     return request
@@ -71,13 +71,6 @@ def with_tuned(settings: ResolvedSettings, tuned: DevicePlan | None, request: Tu
         if getattr(config, key) != getattr(settings.config, key):
             sources[key] = "plan (tuned on the device)"
     return dataclasses.replace(settings, config=config, sources=sources)
-
-
-def _context(bundle: Bundle) -> int:
-    table = bundle.manifest.buckets
-    if table is not None:
-        return table.max_context
-    return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
 
 
 def tuned_plan(events: list[dict[str, Any]]) -> DevicePlan | None:
