@@ -44,7 +44,7 @@ def bench(
     tune: bool = typer.Option(True, "--tune/--no-tune",
                               help="Without a plan for this device in the bundle, measure the device's cost curve "
                                    "and the acceptance first and plan the tree (else: profile/scenario tree)."),
-    calib: options.Calib = None,
+    calib: options.CalibPrompts = None,
     exact_layout: options.ExactLayout = None,
     ban: options.Ban = None,
     ban_policy: options.BanPolicyOption = None,
@@ -61,7 +61,11 @@ def bench(
     max_regression_pct: float = typer.Option(5.0, "--max-regression", help="Allowed regression vs --baseline, in %."),
     force: options.Force = False,
 ) -> None:
-    """Run plain vs speculative decoding on a device; write results.json, summary.md, plots, trace.json."""
+    """Plain vs speculative decoding on a device: latency, acceptance, power, thermal, CI gates.
+
+    Writes results.json, summary.md, PNG plots and trace.json into the output directory. At temperature 0
+    the two modes' outputs are compared token for token (losslessness). Defaults: --prompts the demo's
+    held-out prompts, --controllers fallback,thermal,power."""
     config = options.config_from(BenchConfig, locals(), controllers=parse_controllers(controllers),
                                  asserts=tuple(asserts or ()), ban=options.read_ban(ban),
                                  json_schema=options.read_json_schema(json_schema))

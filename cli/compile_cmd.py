@@ -51,7 +51,7 @@ def compile_(
                                             "vs dynamic w8a8, measured). Default dynamic."),
     force: options.Force = False,
 ) -> None:
-    """Compile the bundle's graphs in a runtime flavour: fused cpu graphs, or npu static q × context variants."""
+    """Compile the graphs in a runtime flavour: fused cpu graphs, or static npu q × context variants."""
     config = options.config_from(CompileConfig, locals(), buckets=options.parse_sizes(buckets, "buckets"),
                                  draft_buckets=options.parse_sizes(draft_buckets, "draft_buckets"),
                                  context_buckets=options.parse_sizes(context_buckets, "context_buckets"))

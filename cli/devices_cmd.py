@@ -107,8 +107,9 @@ def devices(
     python: options.Python = None,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """List what adb sees (only --serial's device when given): model, Android, ABI, battery, the device's Python
-    and the portable runtime on it."""
+    """List adb devices: model, Android, ABI, battery, device Python, portable runtime.
+
+    With --serial, only that device."""
     python = python or load_device(DEFAULT_PROFILES[Transport.adb]).runtime.python
     entries = list_adb_devices(adb_host=adb_host, adb_port=adb_port)
     if serial:

@@ -28,7 +28,7 @@ def export(
                                        help="Store tensors identical in target and draft once, in shared.data "
                                             "(--no-share-tensors: each graph holds its own copy)."),
 ) -> None:
-    """Export a Hugging Face target (+ draft) to a validated ONNX bundle."""
+    """Export a Hugging Face target (and draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
                           force=force, validate=validate, share_tensors=share_tensors)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))

@@ -85,7 +85,10 @@ def generate(
     threads: options.Threads = None,
     stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
 ) -> None:
-    """Stream text with speculative decoding from any bundle."""
+    """Stream text with speculative decoding from any bundle.
+
+    --prompt streams one reply to the terminal; --prompts FILE.jsonl writes replies to --output.
+    No adaptive controller runs unless --controllers names some."""
     chosen = parse_controllers(controllers) if controllers is not None else ()
     request = options.config_from(GenerateConfig, locals(), controllers=chosen, ban=options.read_ban(ban),
                                   json_schema=options.read_json_schema(json_schema))

@@ -91,9 +91,8 @@ def parse_sizes(text: str | None, key: str) -> tuple[int, ...] | None:
 # Every command that writes has `--output/-o`; what it names differs (a bundle, a results directory, a
 # replies file), so only the stages' bundle output is shared.
 BundleOutput = Annotated[Path, typer.Option("--output", "-o", help="Bundle directory to write.")]
-Force = Annotated[bool, typer.Option(
-    "--force", help="Replace the output if it exists (only what specdec wrote; runtime build: build again even "
-                    "when the archive is cached).")]
+Force = Annotated[bool, typer.Option("--force", help="Replace the output if it exists (only what specdec wrote).")]
+Rebuild = Annotated[bool, typer.Option("--force", help="Build again even when the archive is cached.")]
 
 # ---- where to run -----------------------------------------------------------------------------
 
@@ -119,26 +118,26 @@ Threads = Annotated[int | None, typer.Option(
 # ---- what to decode ---------------------------------------------------------------------------
 
 Prompts = Annotated[Path | None, typer.Option(
-    "--prompts", help="JSONL prompts, one {\"id\", \"text\", \"input_ids\" or chat \"messages\"} object per line "
-                      "(bench's default: the demo's held-out prompts).")]
+    "--prompts", help="JSONL prompts, one {\"id\", \"text\", \"input_ids\" or chat \"messages\"} object per line.")]
 Chat = Annotated[bool, typer.Option(
     "--chat", help="Apply the bundle's chat template (from the checkpoint's tokenizer files): each text prompt is one "
                    "user message. Prompt-file lines with \"messages\" always use it.")]
-Calib = Annotated[Path | None, typer.Option(
-    "--calib", help="Calibration data. bench/tune: prompts to tune on (JSONL; default: held-out prompts the run "
-                    "does not measure); quantize: text, or JSONL with 'text' or 'input_ids' lines (default: built-in "
-                    "text); draft: such text to distil on besides the target's own (default: none).")]
+# `--calib` means prompts to a command that tunes, and text to one that calibrates weights: one option each
+CalibPrompts = Annotated[Path | None, typer.Option(
+    "--calib", help="JSONL prompts to calibrate the tree plan on (default: held-out prompts the run does not "
+                    "measure).")]
+CalibText = Annotated[Path | None, typer.Option(
+    "--calib", help="Calibration text: plain text, or JSONL with 'text' or 'input_ids' lines; 32 tokens or more.")]
 Scenario = Annotated[str | None, typer.Option(
     "--scenario", help="Scenario template: code, chat, creative, knowledge (or a YAML path).")]
 MaxNewTokens = Annotated[int | None, typer.Option(
-    "--max-new-tokens", "-n", help="Tokens per reply at most (default 64; tune: 48 per calibration reply).")]
+    "--max-new-tokens", "-n", help="Tokens per reply at most (default 64).")]
 Temperature = Annotated[float | None, typer.Option(
-    "--temperature", help="0 = greedy (bench compares the outputs for losslessness); > 0 samples (default 0).")]
+    "--temperature", help="0 = greedy; > 0 samples from the target's distribution (default 0).")]
 Mode = Annotated[VerifyMode | None, typer.Option(
     "--mode", help="Verification: greedy (temperature 0), match or rrs (sampling; default match).")]
 Seed = Annotated[int | None, typer.Option(
-    "--seed", help="Random seed (default 0): decoding's Philox generator, reproducible across machines; quantize's "
-                   "sampling of calibration windows; draft: the target's text and the training order.")]
+    "--seed", help="Random seed (default 0): the same seed and inputs give the same result, on any machine.")]
 
 # ---- the tree (default: the tuned plan's, else the scenario's, else the profile's) --------------
 
@@ -151,8 +150,7 @@ Width = Annotated[int | None, typer.Option(
     "--width", help="Frontier nodes the draft expands per level (default: the plan's, scenario's or profile's).")]
 Drafter = Annotated[DrafterKind | None, typer.Option(
     "--drafter", help="Who drafts: model, lookup (prompt lookup, no model call) or model+lookup (default: the plan's, "
-                      "scenario's or profile's, else model; lookup on bundles without a draft graph). tune plans for "
-                      "this drafter only.")]
+                      "scenario's or profile's, else model; lookup on bundles without a draft graph).")]
 LookupMaxNgram = Annotated[int | None, typer.Option(
     "--lookup-max-ngram", help="Longest context suffix prompt lookup matches (default 3).")]
 LookupMinNgram = Annotated[int | None, typer.Option(
@@ -164,7 +162,7 @@ ExactLayout = Annotated[bool | None, typer.Option(
          "int8-compute bundles, else trees).")]
 Controllers = Annotated[str | None, typer.Option(
     "--controllers", help=f"Adaptive controllers: all, none, or a comma list of {','.join(CONTROLLER_NAMES)} "
-                          "(default: bench fallback,thermal,power; generate none).")]
+                          "(default: the command's, in its help).")]
 
 # ---- constrained decoding (docs/constrained.md) -------------------------------------------------
 

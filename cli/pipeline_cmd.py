@@ -18,7 +18,9 @@ def pipeline(
                                 help="Root directory of the stage outputs (overrides the file)."),
     no_bench: bool = typer.Option(False, "--no-bench", help="Stop after compile."),
 ) -> None:
-    """Run export -> surgery -> quantize -> compile -> bench, reusing stages whose inputs did not change."""
+    """export → surgery → quantize → compile → bench from one YAML (default: the demo pair).
+
+    Each stage writes OUTPUT/NN-stage/; a stage whose inputs and settings did not change is reused."""
     config = load_config(config_file, output=output)
     if no_bench:
         config = config.without("bench")

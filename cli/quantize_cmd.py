@@ -56,7 +56,7 @@ def quantize(
                                               "onnxruntime-genai quantizes every block to 4)."),
     keep_float: list[str] = typer.Option(None, "--keep-float",
                                          help="Layer name pattern (fnmatch) to keep float; repeatable."),
-    calib: options.Calib = None,
+    calib: options.CalibText = None,
     calib_samples: int = typer.Option(128, "--calib-samples", help="Calibration windows."),
     calib_seq_len: int = typer.Option(128, "--calib-seq-len", help="Tokens per calibration window."),
     eval_file: Path = typer.Option(None, "--eval", help="Text for perplexity (default: held-out calibration slice)."),
@@ -83,8 +83,11 @@ def quantize(
     seed: options.Seed = None,
     force: options.Force = False,
 ) -> None:
-    """Quantize target and draft weights (INT4/INT8 MatMulNBits with RTN, GPTQ or AWQ, or w8a8) with a quality
-    report."""
+    """Quantize the weights (the profile's format: w8a8 on local-cpu; or nbits, or mixed) with a quality report.
+
+    w8a8: per-channel int8 weights × per-row uint8 activations (MatMulInteger, RTN); nbits: int4
+    MatMulNBits with an int8 head and first block (AWQ, GPTQ or RTN); mixed: one of the two per
+    layer class. --calib defaults to the built-in text; --seed chooses its calibration windows."""
     config = options.config_from(QuantizeConfig, locals(), build=QuantizeConfig.from_text,
                                  keep_float=tuple(keep_float or ()))
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="quantize"))
