@@ -30,8 +30,11 @@ def compile_(
     context_buckets: str = typer.Option(None, "--context-buckets",
                                         help="npu: KV slots per context bucket, e.g. 128,256,512,1024 (profile's; "
                                         "capped at --max-context, which is always the last)."),
-    format: OutputFormat = typer.Option(None, "--format", help="onnx, ort or both (npu: onnx, whose variants "
-                                        "share weights; ORT format repeats them per variant; cpu: both)."),
+    format: OutputFormat = typer.Option(None, "--file-format", "--format",
+                                        help="Graph file format: onnx, ort or both (npu default: onnx, whose "
+                                             "variants share weights; ORT format repeats them per variant; cpu "
+                                             "default: ort, the file the runner opens). --format is its old name "
+                                             "(quantize's --format is the weight format)."),
     kv_cache: KVCache = typer.Option(None, "--kv-cache", help="KV cache policy: full (exact) or window (lossy: "
                                      "--kv-sinks first + --kv-window latest positions, replies past the context); "
                                      "the profile's compile.kv_cache."),

@@ -11,7 +11,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from specdec.cli.console import out
-from specdec.cli.render import human_bytes, plan_fit_line, plan_table, qdq_lines, quality_table, readiness_table
+from specdec.cli.render import (
+    human_bytes,
+    narrow,
+    plan_fit_line,
+    plan_table,
+    qdq_lines,
+    quality_table,
+    readiness_table,
+    vertical,
+)
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.bundle.summary import summarize
 from specdec.pipeline.errors import BundleError
@@ -25,16 +34,9 @@ def _shape(shape: list[Any]) -> str:
 def render(summary: dict[str, Any], bundle: Bundle) -> None:
     out.print(f"[bold]{escape(summary['path'])}[/]  schema {summary['schema_version']}, "
               f"specdec {summary['tool_version']}, stages: {' → '.join(summary['stages'])}, "
-              f"{human_bytes(summary['total_bytes'])}")
-    graphs = Table(title="graphs", title_justify="left")
-    for column in ("role", "file", "architecture", "precision", "layers", "kv heads × dim", "vocab", "params",
-                   "size"):
-        graphs.add_column(column, no_wrap=column in ("role", "file"))
-    for role, g in summary["graphs"].items():
-        graphs.add_row(role, g["file"], g["architecture"], g["precision"], str(g["num_layers"]),
-                       f"{g['num_kv_heads']} × {g['head_dim']}", str(g["vocab_size"]),
-                       f"{g['parameters'] / 1e6:.2f} M", human_bytes(g["bytes"]))
-    out.print(graphs)
+              f"{human_bytes(summary['total_bytes'])}; a runner opens {human_bytes(summary['runner_bytes'])} "
+              "(what bench pushes to a device)")
+    out.print(graph_table(summary["graphs"]))
     shared = summary["reports"].get("export", {}).get("shared")
     if isinstance(shared, dict) and shared.get("file"):
         line = (f"shared by target and draft: {human_bytes(shared['bytes'])} in {shared['tensors']} tensors "
@@ -45,7 +47,7 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
     for role, g in summary["graphs"].items():
         io = Table(title=f"{role} inputs / outputs", title_justify="left")
         for column in ("", "name", "dtype", "shape"):
-            io.add_column(column, no_wrap=column == "name")
+            io.add_column(column, no_wrap=column == "name", overflow="fold")
         for kind in ("inputs", "outputs"):
             for row in g[kind]:
                 io.add_row(kind[:-1], row["name"], row["dtype"], _shape(row["shape"]))
@@ -70,6 +72,32 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
             worst = max(report["checks"], key=lambda c: c["max_abs_diff"])
             out.print(f"validation {role}: passed, worst {worst['case']}/{worst['output']} "
                       f"max |diff| {worst['max_abs_diff']:.2g}")
+
+
+def _files(g: dict[str, Any]) -> str:
+    """The graph's files in the bundle: the exported one, or what a compiled bundle keeps instead of it."""
+    kept = [rel for rel in g["files"] if not rel.endswith(".data") and not rel.endswith(".weights")]
+    if g["file"] in kept:
+        return str(g["file"])
+    shown = ", ".join(kept[:2]) + (f" (+{len(kept) - 2})" if len(kept) > 2 else "")
+    return f"{shown or 'none'} (compiled from {g['file']})"
+
+
+def graph_table(graphs: dict[str, dict[str, Any]]) -> Table:
+    """One row per graph; on a terminal under render.NARROW columns, one block per graph instead."""
+    rows = {role: [("file", _files(g)), ("architecture", g["architecture"]), ("precision", g["precision"]),
+                   ("layers", str(g["num_layers"])), ("kv heads × dim", f"{g['num_kv_heads']} × {g['head_dim']}"),
+                   ("vocab", str(g["vocab_size"])), ("params", f"{g['parameters'] / 1e6:.2f} M"),
+                   ("size", human_bytes(g["bytes"]))] for role, g in graphs.items()}
+    if narrow(out):
+        return vertical("graphs", list(rows.items()))
+    table = Table(title="graphs", title_justify="left")
+    table.add_column("role", no_wrap=True)
+    for label, _ in next(iter(rows.values())):
+        table.add_column(label, no_wrap=label == "file")
+    for role, fields in rows.items():
+        table.add_row(role, *(value for _, value in fields))
+    return table
 
 
 def _compute(quantization: Quantization, graph: GraphQuantization) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specdec.cli.console import err, out, warn
@@ -12,6 +14,28 @@ from specdec.pipeline.errors import DeviceLostError, GateFailedError
 from specdec.pipeline.records.manifest import Quantization
 from specdec.pipeline.records.plan import DevicePlan
 from specdec.pipeline.records.results import BenchResults
+
+NARROW = 100  # columns under which wide tables switch to fewer columns or a vertical layout
+
+
+def narrow(console: Console) -> bool:
+    """Whether `console` is too narrow for a table of many columns (headers would be cut to "tok…")."""
+    return console.width < NARROW
+
+
+def vertical(title: str, records: list[tuple[str, list[tuple[str, str]]]]) -> Table:
+    """Records as one block each (a heading row, then a label and value per row): a wide table's layout
+    for a narrow terminal."""
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1))
+    table.add_column("field", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for index, (heading, fields) in enumerate(records):
+        if index:
+            table.add_row("", "")
+        table.add_row(f"[bold]{escape(heading)}[/]", "")
+        for label, value in fields:
+            table.add_row(label, value)
+    return table
 
 
 def human_bytes(size: float) -> str:
@@ -157,7 +181,9 @@ def results_table(results: BenchResults) -> Table:
     policy = results.memory.kv_policy if results.memory is not None else "?"
     table.add_row(f"KV ({policy}): B/token | MiB at the longest reply", "",
                   f"{_fmt(f.kv_bytes_per_token)} | {_fmt(f.kv_mb_end)}")
-    table.add_row("weights MiB", "", _fmt(f.weights_mb))
+    pushed = results.memory.payload_bytes if results.memory is not None else None
+    table.add_row("weights MiB | pushed to the device MiB", "",
+                  f"{_fmt(f.weights_mb)} | {_fmt(pushed / 2**20 if pushed is not None else None)}")
     table.add_row("speedup (measured | predicted)", "", f"{_fmt(f.speedup)} | {_fmt(f.predicted_speedup)}")
     table.add_row("mean accepted length | α", "", f"{_fmt(f.mean_accepted_len)} | {_fmt(f.acceptance_rate)}")
     table.add_row("draft/target cost r | call overhead ms", "", f"{_fmt(f.cost_ratio_r)} | {_fmt(f.fixed_call_ms)}")

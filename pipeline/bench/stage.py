@@ -22,7 +22,7 @@ from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import sensor_args
 from specdec.pipeline.ondevice.launch import prepare_device
 from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_on_device
-from specdec.pipeline.ondevice.payload import build_payload
+from specdec.pipeline.ondevice.payload import build_payload, payload_bytes
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.codec import FLATTEN
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
@@ -139,6 +139,7 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
                            threads=threads, controllers=controls, tune=tune, weight_format=settings.weight_format)
         with tempfile.TemporaryDirectory() as scratch:
             payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
+            pushed = payload_bytes(payload)
             run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
                                 on_event=on_event, sensors=sensors, launch=launch, info=info)
         run.warnings += settings.notes + sensors.notes + truncated
@@ -146,6 +147,8 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         settings = plans.with_tuned(settings, tuned, tune)
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
+        if results.memory is not None:
+            results.memory.payload_bytes = pushed
         used = plan or tuned
         if used is not None:
             source = "bundle" if plan is not None else "tuned on the device"

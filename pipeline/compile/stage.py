@@ -24,6 +24,7 @@ from specdec.pipeline.compile.fused.builder import fused_blocker
 from specdec.pipeline.compile.fused.flavour import FUSED_DIR, compile_fused
 from specdec.pipeline.compile.static.flavour import BUCKET_DIR, compile_static
 from specdec.pipeline.errors import BundleError, InputError, UnsupportedModelError, setting
+from specdec.pipeline.graphs.files import SHARED_DATA, graph_files
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.manifest import GraphFlavour
 
@@ -95,7 +96,11 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     for note in settings.notes:
         log.info("%s", note)  # the CLI prints the report's notes
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
-        writer.copy_from(source)
+        # the runners of a compiled bundle open its compiled graphs only: the dynamic graphs it was
+        # compiled from (and their weights) stay in the source bundle, not a second copy here
+        dynamic = [spec.file for spec in source.manifest.graphs.values()]
+        dynamic += [variant.graph.file for variant in source.manifest.variants.values()]
+        writer.copy_from(source, exclude={*graph_files(source.manifest.files, dynamic), SHARED_DATA})
         FLAVOURS[settings.flavour](source, manifest, writer.dir, settings, progress)
         report = manifest.reports.setdefault("compile", {})
         report["notes"] = [*settings.notes, *report.get("notes", [])]

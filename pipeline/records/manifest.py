@@ -260,7 +260,7 @@ class BucketTable:
     def shared_weights(self, role: str) -> str | None:
         """The shared weights file the runtime files of `role` read; None where they carry their weights.
 
-        ORT-format files hold their weights inline, so with `--format both` the runtime opens the .ort
+        ORT-format files hold their weights inline, so with `--file-format both` the runtime opens the .ort
         variants and never the shared file the onnx variants reference."""
         data = self.weights.get(role)
         return data if data is not None and any(v.ort_file is None for v in self.graphs.get(role, [])) else None

@@ -202,10 +202,12 @@ class Memory:
     """What the decoding process held: weights, KV cache, resident memory, per reply."""
 
     kv_policy: str  # e.g. "full float32", "window S=4 W=256 float32"
-    weights_bytes: int | None
+    weights_bytes: int | None  # the bundle files the runner opens (graphs and their weights)
     kv_bytes_per_token: int | None
     peak_reset: bool  # each reply's peak is its own (the kernel let the runner reset VmHWM)
     replies: list[ReplyMemory] = field(default_factory=list)
+    # what the bench pushed to the device: runtime.zip, run.json, the manifest and those bundle files
+    payload_bytes: int | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
 @dataclass

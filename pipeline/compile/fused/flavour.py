@@ -27,7 +27,7 @@ from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.invariance import measure
 from specdec.pipeline.engine.manifest import bundle_info
-from specdec.pipeline.errors import BundleError
+from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph, save_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
@@ -131,10 +131,11 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
             produced = to_ort_format(out / subdir)
         for role, graph in graphs.items():
             if role not in produced:
-                raise BundleError(f"ORT conversion did not produce {role}.ort", "try --format onnx")
+                raise BundleError(f"ORT conversion did not produce {role}.ort", f"try {setting('format')} onnx")
             graph.ort_file = f"{subdir}/{role}.ort"
-            if settings.format is OutputFormat.ort:
-                (out / graph.file).unlink()
+            if settings.format is OutputFormat.ort:  # the .ort holds the weights: the .onnx and its data go
+                for written in (out / graph.file).parent.glob(f"{Path(graph.file).name}*"):
+                    written.unlink()
                 graph.file = graph.ort_file
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=0, format=settings.format,
                                    profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs,

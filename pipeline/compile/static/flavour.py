@@ -7,7 +7,7 @@ to the next bucket as the reply grows, the way phone NPU toolchains ship AR × C
 Every variant is simplified (onnxsim), optimised (onnxruntime, basic level), gets its custom ops
 back and is checked against the dynamic graph before it is written. The onnx variants of a role
 share one weights file (shared_weights.py), so the bundle does not grow with the variant count;
-ORT format cannot reference external data, so `--format ort|both` repeats the weights per variant.
+ORT format cannot reference external data, so `--file-format ort|both` repeats the weights per variant.
 
 A decoder with windowed layers keeps its second mask input (`sliding_attention_mask`, same shape
 as `attention_mask`), which the runtime fills from the slots' positions: exact past the window.
@@ -41,7 +41,7 @@ from specdec.pipeline.compile.static.readiness import readiness
 from specdec.pipeline.compile.static.shared_weights import SharedWeights
 from specdec.pipeline.compile.static.validate import BucketValidator
 from specdec.pipeline.engine.manifest import read_bundle
-from specdec.pipeline.errors import BundleError
+from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
@@ -104,7 +104,8 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
         for variants in table.values():
             for variant in variants:
                 if variant.stem not in produced:
-                    raise BundleError(f"ORT conversion did not produce {variant.stem}.ort", "try --format onnx")
+                    raise BundleError(f"ORT conversion did not produce {variant.stem}.ort",
+                                      f"try {setting('format')} onnx")
                 variant.ort_file = f"{BUCKET_DIR}/{variant.stem}.ort"
     if settings.format is OutputFormat.ort:  # the .ort files carry their weights: drop the onnx side
         for variants in table.values():
@@ -207,4 +208,4 @@ def _ort_size_note(sizes: dict[str, Any]) -> str:
     shared = sum(role["shared_weights_bytes"] for role in sizes.values())
     return (f"ORT format cannot reference a shared weights file: its {variants} variants repeat the weights "
             f"(about {inline / 2**20:.0f} MiB, against {shared / 2**20:.0f} MiB shared by the onnx variants); "
-            "use --format onnx for the small bundle")
+            f"use {setting('format')} onnx for the small bundle")

@@ -120,6 +120,43 @@ def test_ort_format_and_the_flavour_default_from_the_profile(bundle_factory, tmp
         engine.generate([5, 6], DecodeConfig(max_new_tokens=8, speculative=False)).output_ids
 
 
+def test_a_compiled_bundle_keeps_one_copy_of_the_weights(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """By default only what the runner opens: the fused .ort graphs, not the dynamic graphs nor a .onnx
+    twin; a device push carries the same files."""
+    source = bundle_factory("llama")
+    compiled = compile_bundle(CompileConfig(output=tmp_path / "c", max_context=96), source)
+    assert compiled.manifest.buckets is not None and compiled.manifest.buckets.format is OutputFormat.ort
+    graphs = sorted(rel for rel in compiled.manifest.files if rel.endswith((".onnx", ".ort", ".data")))
+    assert graphs == ["cpu/draft.ort", "cpu/target.ort"] == compiled.runner_files()
+    assert not (compiled.path / "target.onnx").exists() and (source.path / "target.onnx").is_file()
+    assert compiled.runner_bytes() < source.runner_bytes() * 1.2  # the weights once (plus the rotary tables)
+    both = compile_bundle(CompileConfig(output=tmp_path / "both", max_context=96, format=OutputFormat.both), source)
+    assert sorted(rel for rel in both.manifest.files if rel.startswith("cpu/") and not rel.endswith(".config")) == [
+        "cpu/draft.onnx", "cpu/draft.ort", "cpu/target.onnx", "cpu/target.ort"]  # asked for: both kept
+    assert both.runner_files() == graphs
+
+
+def test_a_tied_head_reads_the_embedding_table(fused, bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    """qwen2's tiny model ties its embeddings: the fused graph's Gather and its head's Gemm read one
+    initializer (no transposed copy), onnxruntime runs it, and it decodes as the dynamic graph does."""
+    import onnx
+
+    bundle: Bundle = fused["qwen2"]
+    model = onnx.load(str(bundle.path / bundle.manifest.buckets.fused["target"].file))  # type: ignore[union-attr]
+    table = next(n.input[0] for n in model.graph.node if n.op_type == "Gather" and n.input[1] == "input_ids")
+    readers = sorted(n.op_type for n in model.graph.node if table in n.input)
+    assert readers == ["Gather", "Gemm"]
+    spec = bundle.manifest.graphs["target"]
+    square = {(spec.vocab_size, 64), (64, spec.vocab_size)}
+    assert sum(tuple(init.dims) in square for init in model.graph.initializer) == 1  # the table, once
+    untied = onnx.load(str(fused["llama"].path / fused["llama"].manifest.buckets.fused["target"].file))  # type: ignore[union-attr]
+    assert "Gemm" not in {n.op_type for n in untied.graph.node}  # llama's tiny model has its own head
+    prompt = [5, 6, 7]
+    compiled, dynamic = Engine(bundle.path), Engine(bundle_factory("qwen2").path)
+    assert compiled.generate(prompt, DecodeConfig(max_new_tokens=12)).output_ids == \
+        dynamic.generate(prompt, DecodeConfig(max_new_tokens=12, speculative=False)).output_ids
+
+
 def test_unsupported_architecture(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UnsupportedModelError, match="--target npu"):
         _cpu(bundle_factory("gpt2"), tmp_path / "x")

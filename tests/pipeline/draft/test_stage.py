@@ -100,7 +100,6 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
     from specdec.pipeline.bundle.store import Bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
     from specdec.pipeline.graphs.files import SHARED_DATA
-    from specdec.pipeline.ondevice.payload import bundle_files
 
     bundle = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "bundle"))
     assert bundle.manifest.graphs["draft"].num_layers == 2 and bundle.manifest.graphs["draft"].num_kv_heads == 1
@@ -113,7 +112,7 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
         external = [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
         assert len(external) == shared["tensors"], role
         ort.InferenceSession(str(bundle.path / f"{role}.onnx"))  # resolves shared.data next to the graph
-    assert SHARED_DATA in bundle_files(Bundle.load(bundle.path))  # pushed to the device with the graphs
+    assert SHARED_DATA in Bundle.load(bundle.path).runner_files()  # pushed to the device with the graphs
     unshared = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "unshared",
                                           validate=False, share_tensors=False))
     assert "shared" not in unshared.manifest.reports["export"] and not (unshared.path / SHARED_DATA).exists()

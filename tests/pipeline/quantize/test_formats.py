@@ -18,7 +18,6 @@ from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
-from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.quantize.config import WeightFormat
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
@@ -102,7 +101,7 @@ def test_tune_measures_each_format_and_generate_and_bench_use_the_plans(two, pro
     for prompt in ([5, 6, 7], [1]):
         assert engine.generate(prompt, settings.config).output_ids == engine.generate(prompt, plain).output_ids
     # the device gets the plan's format only, and decodes with it
-    files = bundle_files(tuned, plan.weight_format)
+    files = tuned.runner_files(plan.weight_format)
     chosen, other = (("cpu/w8a8/target.onnx", "cpu/target.onnx") if plan.weight_format == "w8a8"
                      else ("cpu/target.onnx", "cpu/w8a8/target.onnx"))
     assert chosen in files and other not in files and "cpu/draft.onnx" in files
