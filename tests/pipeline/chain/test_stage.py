@@ -70,8 +70,8 @@ def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> 
     path.write_text("export: {no_draft: true}\nbench: {drafter: model+lookup, lookup_max_ngram: 4}\n")
     config = load_config(path)
     assert config.export.target_only and config.export.sources() == {"target": "demo"}
-    assert config.bench.drafter is not None and config.bench.drafter.value == "model+lookup"
-    assert config.bench.lookup_max_ngram == 4
+    assert config.bench.decode.drafter is not None and config.bench.decode.drafter.value == "model+lookup"
+    assert config.bench.decode.lookup_max_ngram == 4
     path.write_text("bench: {drafter: ngram}\n")
     with pytest.raises(InputError, match="bench.drafter"):
         load_config(path)
