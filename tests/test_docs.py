@@ -29,6 +29,15 @@ def test_user_docs_have_no_project_history() -> None:
     assert not found
 
 
+def test_code_has_no_issue_references() -> None:
+    """Code says why in its own words: an "issue N" means nothing to a reader without the tracker."""
+    sources = [path for folder in ("pipeline", "cli", "custom_ops", "benchmarks", "scripts", "tests", "profiles")
+               for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".yaml", ".sh")]
+    found = [f"{path.relative_to(ROOT)}: {match.group(0)!r}" for path in sources
+             for match in re.finditer(r"\b[Ii]ssues? #?\d+", path.read_text(errors="replace"))]
+    assert not found
+
+
 def test_docs_links_resolve() -> None:
     """Relative links in the README and docs/ point at files that exist."""
     broken = []

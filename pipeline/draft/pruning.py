@@ -283,7 +283,3 @@ def build(target: Any, plan: Plan, shape: Geometry) -> Any:
     log.info("draft: layers %s, %d KV groups, %d FFN channels", list(plan.layers), plan.kv_heads, plan.intermediate)
     return draft
 
-
-# Tensors the draft takes unchanged from the target and never trains: a bundle stores them once.
-def shared_names(model: Any) -> list[str]:
-    return [name for name, _ in model.named_parameters() if not name.startswith("model.layers.")]

@@ -45,7 +45,9 @@ class DraftConfig:
     heads: int | None = None  # KV heads (GQA groups) kept per layer (default: all)
     ffn: int | None = None  # FFN channels kept per layer, a multiple of 64 (default: measured)
     calib: Path | None = None  # user text (plain, or JSONL with text / input_ids) to distil on as well
-    minutes: float | None = None  # training time budget (default: DEFAULT_MINUTES unless steps is given)
+    # wall-clock budget of the whole run — loading, the target's text, the importance probe, distillation,
+    # the evaluation and saving (default: DEFAULT_MINUTES unless steps is given)
+    minutes: float | None = None
     steps: int | None = None  # optimizer steps (with minutes: at most this many)
     samples: int = 512  # rows the target writes (sampled, and as many greedy continuations)
     seq: int = 128  # tokens per row

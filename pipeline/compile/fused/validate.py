@@ -34,7 +34,7 @@ INT8_COMPUTE_TOLERANCE = 2e-2
 # format itself moves the logits (quantize's `logits_error`, quantized vs float on the eval windows):
 # the flipped rounding steps are noise of the same kind as the format's own, so a fixed bound is
 # wrong at one size or another. At the Llama-3.2-1B shape (random init, 16 layers) w8a8 moved the
-# logits by 0.149 and the fused graph differed from the dynamic one by 0.0517 (issue 25); on the
+# logits by 0.149 and the fused graph differed from the dynamic one by 0.0517; on the
 # tiny test models the fixed 2e-2 is the larger bound and stays.
 INT8_ERROR_FRACTION = 0.5
 _RANKED = 8  # candidates per row whose order decides the ops (the prune op's max_k)

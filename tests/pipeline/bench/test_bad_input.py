@@ -1,4 +1,4 @@
-"""Issue 15's bench cases: outputs and baselines are checked before any device work; one tree-budget rule."""
+"""Bad bench input: outputs and baselines are checked before any device work; one tree-budget rule."""
 
 from __future__ import annotations
 

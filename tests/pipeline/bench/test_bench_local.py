@@ -14,7 +14,8 @@ from specdec.pipeline.bench.gates import REGRESSION_FIGURES
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.records.results import Figures, read_results
+from specdec.pipeline.records.codec import from_dict
+from specdec.pipeline.records.results import BenchResults, Figures
 from specdec.pipeline.settings.decode_options import DecodeOptions
 
 runner = CliRunner()
@@ -64,7 +65,7 @@ def test_memory_is_measured_per_mode_and_plotted(local_run) -> None:  # type: ig
 
 
 def test_results_json_reads_back_into_the_record(local_run) -> None:  # type: ignore[no-untyped-def]
-    results = read_results((local_run.output / "results.json").read_text())
+    results = from_dict(BenchResults, json.loads((local_run.output / "results.json").read_text()))
     assert results == local_run.results
     assert results.config.decode.tree_budget == 16 and results.config.sources["tree_budget"] == "profile local-cpu"
     assert results.config.sources["max_new_tokens"] == "options" and results.config.sources["beta_base"] == "defaults"
@@ -152,7 +153,7 @@ def test_bench_reports_drafters_by_source(bench_bundle, copying_prompts: Path, t
                                  "-n", "24", "--drafter", "model+lookup", "--lookup-max-ngram", "4", "--no-tune",
                                  "--assert", "lossless"])
     assert result.exit_code == 0, result.output
-    results = read_results((out / "results.json").read_text())
+    results = from_dict(BenchResults, json.loads((out / "results.json").read_text()))
     decode = results.config.decode
     assert (decode.drafter.value, decode.lookup_max_ngram, results.config.sources["drafter"]) == \
         ("model+lookup", 4, "options")

@@ -299,7 +299,7 @@ def test_the_int8_compute_tolerance_scales_with_the_formats_own_logits_error() -
 
     assert int8_tolerance(None) == int8_tolerance(float("nan")) == INT8_COMPUTE_TOLERANCE == 2e-2
     assert int8_tolerance(0.01) == 2e-2  # a small format error keeps the fixed floor
-    assert int8_tolerance(0.149) == pytest.approx(0.0745)  # issue 25: the fused 1.24B target's 0.0517 passes
+    assert int8_tolerance(0.149) == pytest.approx(0.0745)  # the fused 1.24B target's 0.0517 passes
     assert int8_tolerance(0.149) >= 0.0517 > int8_tolerance(None)
     reports = {"quantize": {"graphs": {"target": {"logits_error": 0.149}, "draft": {"perplexity_after": 2.0}}}}
     assert format_logits_error(reports, "target") == 0.149

@@ -159,7 +159,7 @@ def test_cli_compiles_static_qdq_and_says_it_is_lossy(compiled, tmp_path: Path) 
 
 def test_int8_variants_add_what_the_padded_dynamic_graph_moves(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Default (MatMulInteger) form: each variant's tolerance adds the dynamic graph's own difference over the
-    variant's padded buffer, measured on the same inputs (issue 25: 0.097 at the 1.24B shape, context 512)."""
+    variant's padded buffer, measured on the same inputs (0.097 at the 1.24B shape, context 512)."""
     w8a8, _ = compiled
     grid = {**NPU, "buckets": (4,), "draft_buckets": (1,), "context_buckets": (96,)}
     npu = compile_bundle(CompileConfig(output=tmp_path / "npu", **grid), w8a8)  # type: ignore[arg-type]
