@@ -22,7 +22,7 @@ from typing import Any
 
 from specdec import __version__
 from specdec.pipeline.bundle.staging import StagedDirectory
-from specdec.pipeline.engine.manifest import BundleInfo, bundle_info
+from specdec.pipeline.engine.bundle_info import BundleInfo, bundle_info
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, graph_files, sha256_file
 from specdec.pipeline.records.manifest import (

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.graph import SessionOptions
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.inputs.calibration import default_calib_path, read_tokens
 from specdec.pipeline.records.kv_policy import KVPolicy

@@ -104,7 +104,7 @@ IMPORTANCE_BATCH = 4  # probe rows a pass (pruning.measure)
 
 
 @dataclass(frozen=True)
-class DraftResult:
+class MadeDraft:
     path: Path
     report: dict[str, Any]
 
@@ -160,7 +160,7 @@ def _resume_state(config: DraftConfig, fingerprint: str) -> dict[str, Any] | Non
 
 
 def make_draft(config: DraftConfig, progress: Progress | None = None,
-               step_cost: budget.StepCost | None = None) -> DraftResult:
+               step_cost: budget.StepCost | None = None) -> MadeDraft:
     """`step_cost`: the target's step time, instead of measuring it (tests size a budget with it)."""
     import torch
     from transformers.utils import logging as hf_logging
@@ -206,7 +206,7 @@ def _budget_report(planned: dict[str, dict[str, Any]], phases: dict[str, float],
         for name, key in spent.items()}}
 
 
-def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budget.StepCost | None) -> DraftResult:
+def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budget.StepCost | None) -> MadeDraft:
     import torch
 
     progress = progress or SilentProgress()
@@ -277,7 +277,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
     else:
         corpus = distill.Corpus.from_state(resume["corpus"])
         importance = pruning.Importance(**resume["importance"])
-        plan = pruning.Plan(**resume["plan"])
+        plan = pruning.PrunePlan(**resume["plan"])
         planned = resume.get("budget", {})
         training = resume["training"]
     draft = pruning.build(target, plan, shape)
@@ -336,4 +336,4 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         report.write(staged.dir, result)
         path = staged.commit()
     state_path(config.output).unlink(missing_ok=True)
-    return DraftResult(path=path, report=result)
+    return MadeDraft(path=path, report=result)

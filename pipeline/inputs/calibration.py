@@ -31,8 +31,8 @@ import onnx.utils
 from onnx import TensorProto, helper
 
 from specdec.pipeline.bundle.store import GraphSpec
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.graph import Graph
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.graphs.files import external_files, load_graph
 
@@ -171,12 +171,12 @@ def graph_info(role: str, spec: GraphSpec, file: Path) -> GraphInfo:
 def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (),
             with_logits: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
     """One window from an empty cache with a causal mask: (logits [L, V] or None, extra outputs)."""
-    from specdec.pipeline.engine.kv import KVCache
+    from specdec.pipeline.engine.kv import KVBuffers
     from specdec.pipeline.engine.runner import causal_mask
 
     length = int(ids.size)
     mask = causal_mask(length, 0, graph.dtype, graph.mask_min)
-    logits, _, extras = graph.forward(ids, np.arange(length), mask, KVCache(graph.info).layers,
+    logits, _, extras = graph.forward(ids, np.arange(length), mask, KVBuffers(graph.info).layers,
                                       extra_outputs=extra_outputs, with_logits=with_logits)
     return logits, extras
 

@@ -2,7 +2,7 @@
 
 Stages write it (through `bundle.BundleWriter`, which adds the file hashes and the lineage entry),
 `bundle.Bundle.load` reads it and then verifies every file's sha256, and the device runtime reads
-it with the same function (`engine/manifest.py` derives what the engine needs): stdlib
+it with the same function (`engine/bundle_info.py` derives what the engine needs): stdlib
 dataclasses validated by `records.codec`, so host and device accept exactly the same JSON and
 word its errors the same way.
 """

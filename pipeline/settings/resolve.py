@@ -19,7 +19,7 @@ and `generate --stats` show it.
 The setting names are the fields of `records.decode.DecodeConfig` and of its `PruneParams`
 (flattened), and of `settings.decode_options.DecodeOptions`, which every config that decodes
 embeds: a field added there (with its default, and to DecodeOptions) is a setting here, with no
-change to the precedence logic. A new source of settings is a new `Layer` in `decode_layers`, in its place.
+change to the precedence logic. A new source of settings is a new `SettingsLayer` in `decode_layers`, in its place.
 The built-in defaults are DecodeConfig's own: they live there and nowhere else.
 
 Controller selection (`--controllers`) and the controllers' targets from profile and scenario
@@ -51,7 +51,7 @@ OPTIONS = "options"
 
 
 @dataclass(frozen=True)
-class Layer:
+class SettingsLayer:
     """One source of settings: `values` maps setting names to values; None means "no opinion"."""
 
     source: str  # shown to the user: "options", "plan", "scenario code", "profile local-cpu", ...
@@ -107,8 +107,8 @@ class PlanSettings(Protocol):
 
 # ---- the layers ------------------------------------------------------------------------------
 
-def plan_layer(plan: PlanSettings | None) -> Layer | None:
-    return Layer("plan", plan.decode_settings()) if plan is not None else None
+def plan_layer(plan: PlanSettings | None) -> SettingsLayer | None:
+    return SettingsLayer("plan", plan.decode_settings()) if plan is not None else None
 
 
 def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
@@ -129,44 +129,45 @@ def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
     return {"exact_layout": True} if int8 else {}
 
 
-def requirements_layer(requirements: Mapping[str, Any] | None) -> Layer | None:
-    return Layer(BUNDLE, requirements) if requirements else None
+def requirements_layer(requirements: Mapping[str, Any] | None) -> SettingsLayer | None:
+    return SettingsLayer(BUNDLE, requirements) if requirements else None
 
 
-def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
+def scenario_layer(scenario: ScenarioProfile | None) -> SettingsLayer | None:
     if scenario is None:
         return None
-    return Layer(f"scenario {scenario.name}", {
+    return SettingsLayer(f"scenario {scenario.name}", {
         "entropy_low": scenario.entropy_low, "entropy_high": scenario.entropy_high, "beta_base": scenario.beta_base,
         "rho_min": scenario.rho_min, "rho_max": scenario.rho_max, "depth": scenario.depth, "width": scenario.width,
         "drafter": scenario.drafter, "lookup_max_ngram": scenario.lookup_max_ngram,
         "lookup_min_ngram": scenario.lookup_min_ngram, **scenario.compliance.settings()})
 
 
-def profile_layer(profile: DeviceProfile) -> Layer:
+def profile_layer(profile: DeviceProfile) -> SettingsLayer:
     tree = profile.tree
-    return Layer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth, "width": tree.width,
-                                             "max_k": tree.max_k, "drafter": tree.drafter,
-                                             **profile.compliance.settings()})
+    return SettingsLayer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth,
+                                                     "width": tree.width, "max_k": tree.max_k, "drafter": tree.drafter,
+                                                     **profile.compliance.settings()})
 
 
-def defaults_layer() -> Layer:
+def defaults_layer() -> SettingsLayer:
     defaults = DecodeConfig()
-    return Layer(DEFAULTS, {**{k: getattr(defaults, k) for k in DECODE_KEYS},
+    return SettingsLayer(DEFAULTS, {**{k: getattr(defaults, k) for k in DECODE_KEYS},
                             **{k: getattr(defaults.prune, k) for k in PRUNE_KEYS}})
 
 
 def decode_layers(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
-                  plan: PlanSettings | None = None, requirements: Mapping[str, Any] | None = None) -> list[Layer]:
+                  plan: PlanSettings | None = None,
+                  requirements: Mapping[str, Any] | None = None) -> list[SettingsLayer]:
     """The layers in precedence order, highest first."""
-    layers = [Layer(OPTIONS, options), requirements_layer(requirements), plan_layer(plan),
+    layers = [SettingsLayer(OPTIONS, options), requirements_layer(requirements), plan_layer(plan),
               scenario_layer(scenario), profile_layer(profile), defaults_layer()]
     return [layer for layer in layers if layer is not None]
 
 
 # ---- resolving -------------------------------------------------------------------------------
 
-def merge(layers: Sequence[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+def merge(layers: Sequence[SettingsLayer]) -> tuple[dict[str, Any], dict[str, str]]:
     """For every setting, the value of the first layer that has one, and that layer's source."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -220,7 +221,8 @@ def fit_to_drafts(values: dict[str, Any], sources: dict[str, str], has_draft: bo
     return [note]
 
 
-def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None, has_draft: bool = True) -> ResolvedSettings:
+def resolve(layers: Sequence[SettingsLayer], buckets: BucketTable | None = None,
+            has_draft: bool = True) -> ResolvedSettings:
     """Merge `layers` (highest precedence first), fit to the bundle, validate into a DecodeConfig."""
     values, sources = merge(layers)
     notes = fit_to_buckets(values, sources, buckets) + fit_to_drafts(values, sources, has_draft)

@@ -28,10 +28,10 @@ from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.compile.fused.weights import read_linears
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.fused_kv import ROUND_ROWS
-from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle

@@ -23,10 +23,10 @@ from specdec.pipeline.compile.fused.kv_int8 import calibrate_scales
 from specdec.pipeline.compile.fused.validate import format_logits_error, validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
+from specdec.pipeline.engine.bundle_info import bundle_info
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.invariance import measure
-from specdec.pipeline.engine.manifest import bundle_info
 from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph, save_graph
 from specdec.pipeline.passes import reinsert

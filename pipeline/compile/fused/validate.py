@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.graph import SessionOptions
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.engine.tree import ancestor_matrix
 from specdec.pipeline.errors import ValidationError

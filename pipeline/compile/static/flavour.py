@@ -40,7 +40,7 @@ from specdec.pipeline.compile.static.graph import dynamic_dims, make_static, str
 from specdec.pipeline.compile.static.readiness import readiness
 from specdec.pipeline.compile.static.shared_weights import SharedWeights
 from specdec.pipeline.compile.static.validate import BucketValidator
-from specdec.pipeline.engine.manifest import read_bundle
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph
 from specdec.pipeline.passes import reinsert

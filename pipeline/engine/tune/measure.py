@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import BundleInfo
 from specdec.pipeline.engine.engine import Engine
-from specdec.pipeline.engine.manifest import BundleInfo
 from specdec.pipeline.engine.rng import Randomness
 from specdec.pipeline.engine.runner import no_scratch, prefill
 from specdec.pipeline.engine.stats import DRAFT, PRUNE, VERIFY, RoundStats
@@ -38,7 +38,7 @@ from specdec.pipeline.engine.tune.planner import (
     Calibration,
     CalibrationRound,
     CostCurve,
-    Plan,
+    TreePlan,
     plain_choice,
     plan_tree,
 )
@@ -110,7 +110,7 @@ def calibration_specs(settings: TuneSettings, config: DecodeConfig, has_draft: b
 
 @dataclass
 class TuneResult:
-    plan: Plan
+    plan: TreePlan
     verify: CostCurve
     plain_step_ms: float
     calibrations: list[Calibration]
@@ -287,8 +287,8 @@ def measured_speedup(engine: Engine, prompts: Sequence[list[int]], base: DecodeC
     return (tokens / ns) / (plain_tokens / plain_ns)
 
 
-def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, plan: Plan, settings: TuneSettings,
-            notes: list[str]) -> tuple[Plan, float | None]:
+def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, plan: TreePlan, settings: TuneSettings,
+            notes: list[str]) -> tuple[TreePlan, float | None]:
     """The plan, or the first candidate after it, that measures at least MIN_CONFIRMED× plain decoding;
     plain decoding when none of `settings.confirm_tries` does. Returns the plan kept and its measurement."""
     tried = [plan.choice] + [c for c in plan.candidates if c.speculative and c != plan.choice]

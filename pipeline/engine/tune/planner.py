@@ -178,7 +178,7 @@ def plain_choice(plain_step_ms: float) -> PlanChoice:
 
 
 @dataclass
-class Plan:
+class TreePlan:
     choice: PlanChoice
     plain_step_ms: float
     candidates: list[PlanChoice] = field(default_factory=list)  # the best few, for the report
@@ -190,7 +190,7 @@ class Plan:
 
 def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step_ms: float, *,
               budgets: Iterable[int] | None = None, min_gain: float = MIN_GAIN, keep: int = 8,
-              min_rows: int = 1) -> Plan:
+              min_rows: int = 1) -> TreePlan:
     """The drafter and tree maximizing predicted tokens/s; plain decoding unless it wins by `min_gain`."""
     if plain_step_ms <= 0:
         raise ValueError("the plain step time must be positive")
@@ -221,4 +221,4 @@ def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step
             continue
         if len(shown) < keep or not same_drafter:
             shown.append(choice)
-    return Plan(best, plain_step_ms, shown)
+    return TreePlan(best, plain_step_ms, shown)

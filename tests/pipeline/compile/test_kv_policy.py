@@ -13,10 +13,10 @@ from support.lockstep import Lockstep
 
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.fused_kv import ROUND_ROWS
-from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.errors import GenerationError, InputError
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind

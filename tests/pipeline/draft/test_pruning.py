@@ -28,7 +28,7 @@ def _batches() -> list[torch.Tensor]:
     return [torch.randint(0, 96, (2, 12), generator=generator) for _ in range(2)]
 
 
-def _masked_reference(target: Any, plan: pruning.Plan, shape: pruning.Geometry) -> Any:
+def _masked_reference(target: Any, plan: pruning.PrunePlan, shape: pruning.Geometry) -> Any:
     """The target with what the plan drops turned off (layers skipped, o/down columns zeroed)."""
     reference = copy.deepcopy(target)
     q_rows = shape.group * shape.head_dim

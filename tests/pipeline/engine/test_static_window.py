@@ -14,8 +14,8 @@ from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.bundle.summary import kv_cache
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.compile.config import window_slots
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.engine.engine import Engine
-from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.engine.static_window import StaticWindowRunner
 from specdec.pipeline.errors import InputError

@@ -19,7 +19,7 @@ from specdec.pipeline.engine.tune.measure import (
     confirm,
     tune,
 )
-from specdec.pipeline.engine.tune.planner import Plan
+from specdec.pipeline.engine.tune.planner import TreePlan
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.plan import PlanChoice
 
@@ -102,7 +102,7 @@ def test_tune_calibrates_every_drafter_and_plans_across_them(bundle_factory) -> 
     choice = result.plan.choice
     assert choice.predicted_speedup >= 1.0
     if choice.drafter == "lookup":
-        assert choice.lookup_ngrams in ((1, 3), (2, 4))
+        assert choice.lookup_ngrams in ([1, 3], [2, 4])
 
 
 def test_target_only_bundles_calibrate_lookup(bundle_factory) -> None:  # type: ignore[no-untyped-def]
@@ -138,10 +138,10 @@ def test_apply_choice_respects_pinned_fields() -> None:
     assert apply_choice(base, plain, frozenset({"tree_budget"})).speculative  # the user asked for a tree
 
 
-def _plan(*speedups: float) -> Plan:
+def _plan(*speedups: float) -> TreePlan:
     trees = [PlanChoice("model", budget=2 + i, depth=1 + i, width=1, expected_tokens=2.0, round_ms=1.0,
                         predicted_speedup=speedup) for i, speedup in enumerate(speedups)]
-    return Plan(trees[0], plain_step_ms=1.0, candidates=trees)
+    return TreePlan(trees[0], plain_step_ms=1.0, candidates=trees)
 
 
 def test_a_plan_that_measures_slower_than_plain_gives_way(monkeypatch) -> None:  # type: ignore[no-untyped-def]
