@@ -32,7 +32,8 @@ def export(
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
                           force=force, validate=validate, share_tensors=share_tensors)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))
-    report = bundle.manifest.reports.get("export", {}).get("validation")
+    export = bundle.manifest.reports.export
+    report = export.validation if export is not None else None
     if isinstance(report, dict):
         worst = max((c["max_abs_diff"] for r in report.values() for c in r["checks"]), default=0.0)
         err.print(f"[green]validated[/]: ONNX matches PyTorch (max |diff| {worst:.2g})")

@@ -128,13 +128,13 @@ def render_quantization(bundle: Bundle) -> None:
                       f"{g.summary.get('int4', 0)} / {g.summary.get('int8', 0)} / {g.summary.get('float', 0)}",
                       embeddings or "float")
     out.print(table)
-    quality = bundle.manifest.reports.get("quantize")
-    if isinstance(quality, dict) and "graphs" in quality:
+    quality = bundle.manifest.reports.quantize
+    if quality is not None:
         out.print(quality_table(quality, quantization))
     for name, variant in bundle.manifest.variants.items():  # the target in further weight formats
         size = bundle.manifest.files.get(variant.graph.file)
-        report = quality.get("variants", {}).get(name, {}) if isinstance(quality, dict) else {}
-        ppl = report.get("graphs", {}).get("target", {}).get("perplexity_increase_pct")
+        report = quality.variants.get(name) if quality is not None else None
+        ppl = report.graphs.get("target", {}).get("perplexity_increase_pct") if report is not None else None
         out.print(f"target also in {name} ({variant.format}): {variant.graph.file}"
                   f"{f', {human_bytes(size.size)}' if size else ''}"
                   f"{f', perplexity {ppl:+.2f} %' if ppl is not None else ''}"
@@ -219,15 +219,16 @@ def inspect(
     """Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer."""
     loaded = Bundle.load(bundle)
     if mobile:
-        report = loaded.manifest.reports.get("compile", {}).get("readiness")
-        if not report:
+        compiled = loaded.manifest.reports.compile
+        report = compiled.readiness if compiled is not None else None
+        if compiled is None or not report:
             raise BundleError(f"bundle '{bundle}' is not compiled, so it has no readiness report",
                               "run `specdec compile` first")
         if as_json:
             out.print_json(json.dumps(report))
         else:
             out.print(readiness_table(report))
-            for line in qdq_lines(loaded.manifest.reports["compile"]):
+            for line in qdq_lines(compiled):
                 out.print(line)
         return
     summary = summarize(loaded)

@@ -29,11 +29,11 @@ def pipeline(
     def report(stage: str, bundle: Bundle, reused: bool) -> None:
         verb = "reused" if reused else "built"
         err.print(f"[green]✓[/] {stage}: {verb} [bold]{bundle.path}[/]")
-        quality = bundle.manifest.reports.get("quantize") if stage == "quantize" else None
-        if quality and bundle.manifest.quantization is not None:
-            err.print(quality_table(quality, bundle.manifest.quantization))
-        if stage == "compile" and not reused:
-            for text in bundle.manifest.reports.get("compile", {}).get("notes", []):
+        reports = bundle.manifest.reports
+        if stage == "quantize" and reports.quantize is not None and bundle.manifest.quantization is not None:
+            err.print(quality_table(reports.quantize, bundle.manifest.quantization))
+        if stage == "compile" and not reused and reports.compile is not None:
+            for text in reports.compile.notes:
                 note(text)
 
     bundle, outcome = run_pipeline(config, RichProgress(stage="pipeline"), report)

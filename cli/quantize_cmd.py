@@ -91,19 +91,18 @@ def quantize(
     config = options.config_from(QuantizeConfig, locals(), build=QuantizeConfig.from_text,
                                  keep_float=tuple(keep_float or ()))
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="quantize"))
-    report = result.manifest.reports["quantize"]
-    assert result.manifest.quantization is not None
+    report = result.manifest.reports.quantize
+    assert result.manifest.quantization is not None and report is not None
     err.print(quality_table(report, result.manifest.quantization))
-    calibration = report["calibration"]
-    err.print(f"calibrated on {calibration['samples']} × {calibration['seq_len']} tokens of "
-              f"{Path(calibration['source']).name}; perplexity on {report['eval']['tokens']} tokens "
-              f"({report['eval']['source']})")
+    calibration = report.calibration
+    err.print(f"calibrated on {calibration.samples} × {calibration.seq_len} tokens of "
+              f"{Path(calibration.source).name}; perplexity on {report.eval.tokens} tokens ({report.eval.source})")
     quantization = result.manifest.quantization
     ops = "standard MatMulInteger, exact by construction per row" if quantization.row_invariant else \
         "com.microsoft MatMulNBits and standard MatMulInteger, by layer class" \
         if quantization.format == MIXED_FORMAT else "com.microsoft MatMulNBits"
     for name, variant in result.manifest.variants.items():
-        target = report["variants"][name]["graphs"]["target"]
+        target = report.variants[name].graphs["target"]
         err.print(f"the target also in {name}: {variant.graph.file}, perplexity "
                   f"{target['perplexity_increase_pct']:+.2f} %, {target['bytes_after'] / 2**20:.1f} MiB "
                   "(`specdec tune` measures each format and the plan picks one)")

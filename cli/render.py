@@ -13,6 +13,7 @@ from specdec.pipeline.bench.stage import BenchOutcome
 from specdec.pipeline.errors import DeviceLostError, GateFailedError
 from specdec.pipeline.records.manifest import Quantization
 from specdec.pipeline.records.plan import DevicePlan
+from specdec.pipeline.records.reports import CompileReport, QuantizeReport
 from specdec.pipeline.records.results import BenchResults
 
 NARROW = 100  # columns under which wide tables switch to fewer columns or a vertical layout
@@ -61,10 +62,10 @@ def readiness_table(readiness: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-def qdq_lines(report: dict[str, Any]) -> list[str]:
+def qdq_lines(report: CompileReport) -> list[str]:
     """`specdec compile` and `specdec inspect --mobile` of a static-qdq bundle: what the QDQ form costs
     against dynamic w8a8 (lossy, measured) and what it gains in NNAPI/CoreML share."""
-    qdq = report.get("activations")
+    qdq = report.activations
     if not qdq:
         return []
     lines = []
@@ -74,7 +75,7 @@ def qdq_lines(report: dict[str, Any]) -> list[str]:
                      f"{g['greedy_mismatch_rate']:.1%} of greedy tokens differ, perplexity "
                      f"{g['perplexity_w8a8']:.3f} -> {g['perplexity_qdq']:.3f}" + _invariant(g.get("invariance")))
     for name, before in qdq.get("readiness_matmulinteger", {}).items():
-        after = report.get("readiness", {}).get(name, {}).get("providers", {})
+        after = (report.readiness or {}).get(name, {}).get("providers", {})
         shares = []
         for provider in ("NNAPI", "CoreML"):
             was, now = before[provider], after.get(provider, {})
@@ -100,13 +101,13 @@ def _delta(before: float, after: float, digits: int = 3) -> tuple[str, str, str]
     return f"{before:.{digits}f}", f"{after:.{digits}f}", change
 
 
-def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
+def quality_table(report: QuantizeReport, quantization: Quantization) -> Table:
     """`specdec quantize`, `specdec inspect` and the pipeline: the quality report of a quantized bundle."""
     table = Table(title="quantization quality (measured, same data before and after)", title_justify="left")
     for column, justify in (("graph", "left"), ("figure", "left"), ("before", "right"), ("after", "right"),
                             ("change", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for role, g in report["graphs"].items():
+    for role, g in report.graphs.items():
         q = quantization.graphs[role]
         summary = q.summary
         tables = sorted({"float" if r.is_float else f"int{r.bits}" for r in q.embeddings.values()})
@@ -115,7 +116,7 @@ def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
         ratio = f"×{g['size_ratio']:.2f}"
         table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)
         table.add_row("", "perplexity", *_delta(g["perplexity_before"], g["perplexity_after"]))
-    spec = report.get("speculative")
+    spec = report.speculative
     if spec:
         table.add_row("pair", "draft top-1 agreement", *_delta(spec["top1_agreement_before"],
                                                                spec["top1_agreement_after"]))
@@ -127,9 +128,9 @@ def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
         tree = spec.get("tree_layout")
         if tree is not None:
             table.add_row("", "tokens differing in the tree layout", "", f"{tree['token_mismatch_rate']:.1%}", "")
-    total = report["total"]
-    table.add_row("bundle", "graphs on disk", _mb(total["bytes_before"]), _mb(total["bytes_after"]),
-                  f"×{total['size_ratio']:.2f}")
+    total = report.total
+    table.add_row("bundle", "graphs on disk", _mb(total.bytes_before), _mb(total.bytes_after),
+                  f"×{total.size_ratio:.2f}")
     return table
 
 

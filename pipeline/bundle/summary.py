@@ -87,7 +87,7 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         "runner_bytes": bundle.runner_bytes(),  # the files a runner opens: what `bench` pushes to a device
         "bytes_by_entry": sizes,
         "lineage": dump(manifest.lineage),
-        "reports": manifest.reports,
+        "reports": dump(manifest.reports),
         "custom_ops": dump(manifest.custom_ops),
         "quantization": dump(manifest.quantization),
         "buckets": dump(manifest.buckets),

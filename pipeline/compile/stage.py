@@ -102,8 +102,9 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
         dynamic += [variant.graph.file for variant in source.manifest.variants.values()]
         writer.copy_from(source, exclude={*graph_files(source.manifest.files, dynamic), SHARED_DATA})
         FLAVOURS[settings.flavour](source, manifest, writer.dir, settings, progress)
-        report = manifest.reports.setdefault("compile", {})
-        report["notes"] = [*settings.notes, *report.get("notes", [])]
+        report = manifest.reports.compile
+        assert report is not None  # every flavour writes its report
+        report.notes = [*settings.notes, *report.notes]
         for name, variant in manifest.variants.items():
             # the target again in each further format, under cpu/<format>/; the draft is the bundle's
             view = source.manifest.with_format(name)
@@ -111,5 +112,6 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
                           subdir=f"{FUSED_DIR}/{name}")
             assert view.buckets is not None
             variant.fused = view.buckets.fused["target"]
-            report.setdefault("variants", {})[name] = view.reports["compile"]
+            assert view.reports.compile is not None
+            report.variants[name] = view.reports.compile
         return writer.finish(manifest, stage="compile", config=settings.record(), inputs=input_digests(source))

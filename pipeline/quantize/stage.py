@@ -43,6 +43,7 @@ from specdec.pipeline.records.manifest import (
     Quantization,
     TargetVariant,
 )
+from specdec.pipeline.records.reports import QuantizeReport
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +305,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         if "target" in roles and config.also_formats:
             report["variants"] = {also.value: _also_format(source, manifest, also, config, data, writer.dir,
                                                            new_tokens, progress) for also in config.also_formats}
-        manifest.reports["quantize"] = report
+        manifest.reports.quantize = from_dict(QuantizeReport, report, "reports.quantize")
         return writer.finish(manifest, stage="quantize", config=config.record(), inputs=input_digests(source))
 
 

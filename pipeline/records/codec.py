@@ -31,6 +31,10 @@ OMIT_DEFAULT: Mapping[str, Any] = types.MappingProxyType({"omit_default": True})
 # `FLATTEN` puts a nested record's fields at its parent's level: a stage config embeds its
 # DecodeOptions so, and a pipeline YAML section reads `max_new_tokens: 32`, not `decode: {...}`.
 FLATTEN: Mapping[str, Any] = types.MappingProxyType({"flatten": True})
+# `REST` marks a `dict[str, Any]` field that holds the keys no other field names, as they are: a
+# report written by another specdec version (an older one's keys, a newer one's) reads and writes
+# back unchanged. Only records that are reports have one; every other record refuses unknown keys.
+REST: Mapping[str, Any] = types.MappingProxyType({"rest": True})
 
 
 def json_key(name: str, **extra: Any) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def dump(value: Any) -> Any:
         out: dict[str, Any] = {}
         for field in dataclasses.fields(value):
             item = getattr(value, field.name)
-            if field.metadata.get("flatten"):
+            if field.metadata.get("flatten") or field.metadata.get("rest"):
                 out.update(dump(item))
                 continue
             if field.metadata.get("omit_default") and item == _default(field):
@@ -235,9 +239,10 @@ def record_keys(cls: type) -> set[str]:
     keys: set[str] = set()
     hints = _hints(cls)
     for field in dataclasses.fields(cls):
-        if field.init:
-            keys |= record_keys(hints[field.name]) if field.metadata.get("flatten") else {field.metadata.get("key",
-                                                                                                            field.name)}
+        if not field.init or field.metadata.get("rest"):
+            continue
+        keys |= record_keys(hints[field.name]) if field.metadata.get("flatten") else {field.metadata.get("key",
+                                                                                                        field.name)}
     return keys
 
 
@@ -248,15 +253,18 @@ def _parse_record(cls: type, value: Any, where: str) -> Any:
         raise RecordError(where, f"Input should be a mapping, got {_describe(value)}")
     hints = _hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]
-    by_key = {f.metadata.get("key", f.name): f for f in fields if not f.metadata.get("flatten")}
+    rest = next((f for f in fields if f.metadata.get("rest")), None)
+    by_key = {f.metadata.get("key", f.name): f for f in fields if not f.metadata.get("flatten")
+              and not f.metadata.get("rest")}
     flattened = {f.name: record_keys(hints[f.name]) for f in fields if f.metadata.get("flatten")}
     for name, keys in flattened.items():
         if keys & set(by_key):  # a programming error: the parent's key would hide the nested one
             raise TypeError(f"{cls.__name__}.{name} flattens keys its parent has: {sorted(keys & set(by_key))}")
-    for key in value:
-        if key not in by_key and not any(key in keys for keys in flattened.values()):
-            raise RecordError(_at(where, key), "Extra inputs are not permitted")
-    kwargs: dict[str, Any] = {}
+    extra = {key: item for key, item in value.items()
+             if key not in by_key and not any(key in keys for keys in flattened.values())}
+    if extra and rest is None:
+        raise RecordError(_at(where, next(iter(extra))), "Extra inputs are not permitted")
+    kwargs: dict[str, Any] = {rest.name: dict(extra)} if rest is not None else {}
     for key, field in by_key.items():
         if key in value:
             kwargs[field.name] = parse(hints[field.name], value[key], _at(where, key))

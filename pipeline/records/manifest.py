@@ -21,6 +21,7 @@ from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, pars
 from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.plan import TunePlan
+from specdec.pipeline.records.reports import Reports
 
 MANIFEST_NAME = "manifest.json"
 # Version of the manifest's on-disk shape. Bump it when the JSON changes shape (a new key that
@@ -348,7 +349,7 @@ class Manifest:
     tokenizer: TokenizerSpec
     files: dict[str, FileEntry] = field(default_factory=dict)  # every file but the manifest, with its sha256
     lineage: list[LineageEntry] = field(default_factory=list)
-    reports: dict[str, Any] = field(default_factory=dict)  # stage reports (validation, quality, ...) by stage
+    reports: Reports = field(default_factory=Reports)  # what each stage measured (records/reports.py)
     custom_ops: CustomOps | None = None  # surgery
     quantization: Quantization | None = None  # quantize
     buckets: BucketTable | None = None  # compile: the flavour's graphs, the dispatch table

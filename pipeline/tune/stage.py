@@ -29,6 +29,7 @@ from specdec.pipeline.ondevice.payload import build_payload
 from specdec.pipeline.progress import Progress
 from specdec.pipeline.records.codec import FLATTEN, to_dict
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
+from specdec.pipeline.records.reports import TuneReport
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.settings import profiles
 from specdec.pipeline.settings.decode_options import DecodeOptions
@@ -128,8 +129,8 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
         writer.copy_from(source)
         manifest = source.manifest.copy()
         manifest.plan = (manifest.plan or TunePlan()).with_plan(plan)
-        manifest.reports["tune"] = {"device": key, "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-                                    "warnings": warnings}
+        manifest.reports.tune = TuneReport(device=key, created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                                           warnings=warnings)
         bundle = writer.finish(manifest, stage="tune", config=config.record() | {"device_key": key},
                                inputs=input_digests(source))
     return bundle, plan

@@ -36,6 +36,7 @@ from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.packing import dequantize, unpack
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
@@ -136,7 +137,7 @@ def test_w8a8_plain_steps_of_one_row_equal_speculation(bundle_factory, arch: str
                                 bundle_factory(arch, **PAIRS[arch]))
     cpu = compile_bundle(CompileConfig(output=tmp_path / "cpu", target=GraphFlavour.cpu, max_context=MAX_CONTEXT,
                                        format=OutputFormat.onnx), quantized)
-    assert cpu.manifest.reports["compile"]["invariance"]["single_row"]
+    assert dump(cpu.manifest.reports)["compile"]["invariance"]["single_row"]
     engine = Engine(cpu.path)
     exact = DecodeConfig(max_new_tokens=NEW_TOKENS, exact_layout=True)
     assert engine.target.single_row_exact and engine.root_rows(exact) == 1

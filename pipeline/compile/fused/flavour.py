@@ -31,8 +31,10 @@ from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph, save_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.kv_policy import KVDtype
 from specdec.pipeline.records.manifest import BucketTable, FusedGraph, GraphFlavour, OutputFormat
+from specdec.pipeline.records.reports import CompileReport
 
 if TYPE_CHECKING:
     import onnx
@@ -141,4 +143,4 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                                    profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs,
                                    kv_policy=settings.kv_policy)
     report["max_abs_diff"] = validation
-    manifest.reports["compile"] = report
+    manifest.reports.compile = from_dict(CompileReport, report, "reports.compile")

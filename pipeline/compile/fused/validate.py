@@ -17,7 +17,6 @@ custom ops' outputs are compared wherever both graphs rank each row's top candid
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -26,6 +25,7 @@ from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.engine.tree import ancestor_matrix
 from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.records.reports import Reports
 
 FP32_TOLERANCE = 1e-5
 FP16_TOLERANCE = 2e-2
@@ -82,10 +82,9 @@ def tolerance_basis(int8_compute: bool, logits_error: float | None) -> str:
             f"error {logits_error:.3g} from quantize's report)")
 
 
-def format_logits_error(reports: dict[str, Any], role: str) -> float | None:
+def format_logits_error(reports: Reports, role: str) -> float | None:
     """The `role` graph's logits error in quantize's quality report, if the bundle has one."""
-    value = reports.get("quantize", {}).get("graphs", {}).get(role, {}).get("logits_error")
-    return float(value) if isinstance(value, int | float) else None
+    return reports.quantize.logits_error(role) if reports.quantize is not None else None
 
 
 def same_ranking(got: np.ndarray, want: np.ndarray) -> bool:

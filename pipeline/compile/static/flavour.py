@@ -45,7 +45,9 @@ from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, GraphFlavour, OutputFormat
+from specdec.pipeline.records.reports import CompileReport
 
 log = logging.getLogger(__name__)
 
@@ -118,22 +120,21 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=settings.prefill_chunk,
                                    format=settings.format, profile=settings.profile, graphs=table,
                                    flavour=GraphFlavour.npu, weights=weights, kv_policy=settings.kv_policy)
-    manifest.reports["compile"] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": written.validation,
-                                   "simplify": written.simplify, "readiness": ready,
-                                   "context_buckets": list(settings.context_buckets), "sizes": sizes,
-                                   "notes": notes}
+    report: dict[str, Any] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": written.validation,
+                              "simplify": written.simplify, "readiness": ready,
+                              "context_buckets": list(settings.context_buckets), "sizes": sizes, "notes": notes}
     if plan is not None:  # the QDQ form's measurements, and what the MatMulInteger form's readiness was
-        manifest.reports["compile"]["activations"] = {**plan.report, "readiness_matmulinteger": written.before_qdq,
-                                                      "validation": written.tolerances}
+        report["activations"] = {**plan.report, "readiness_matmulinteger": written.before_qdq,
+                                 "validation": written.tolerances}
     elif written.tolerances:  # int8 compute: each variant's tolerance and the padded dynamic graph's own move
-        manifest.reports["compile"]["validation"] = written.tolerances
+        report["validation"] = written.tolerances
     if settings.kv_policy.lossy:  # what the window costs against the full cache
         with progress.task("measuring the KV policy against the full cache"):
             info = read_bundle(source.path).graphs["target"]
             tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib,
                                                    info.vocab_size)
-            manifest.reports["compile"]["kv_quality"] = kv_quality.measure_dynamic(
-                info, settings.max_context, settings.kv_policy, tokens)
+            report["kv_quality"] = kv_quality.measure_dynamic(info, settings.max_context, settings.kv_policy, tokens)
+    manifest.reports.compile = from_dict(CompileReport, report, "reports.compile")
 
 
 @dataclass

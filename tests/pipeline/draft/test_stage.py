@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 from specdec.pipeline.draft import DraftConfig, make_draft
 from specdec.pipeline.draft.stage import state_path
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.records.codec import dump
 
 # one thread: the same numbers whatever the load, and far faster on a busy machine; a checkpoint every step
 SMALL = {"samples": 16, "seq": 32, "batch": 4, "threads": 1, "checkpoint_minutes": 1e-9}
@@ -103,7 +104,7 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
 
     bundle = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "bundle"))
     assert bundle.manifest.graphs["draft"].num_layers == 2 and bundle.manifest.graphs["draft"].num_kv_heads == 1
-    shared = bundle.manifest.reports["export"]["shared"]
+    shared = dump(bundle.manifest.reports)["export"]["shared"]
     # embedding and head (the final norm, 256 bytes at this width, stays inline like every small tensor)
     assert shared["file"] == SHARED_DATA and shared["tensors"] == 2
     assert shared["saved_bytes"] == shared["bytes"] >= 2 * 320 * 64 * 4
@@ -115,7 +116,7 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
     assert SHARED_DATA in Bundle.load(bundle.path).runner_files()  # pushed to the device with the graphs
     unshared = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "unshared",
                                           validate=False, share_tensors=False))
-    assert "shared" not in unshared.manifest.reports["export"] and not (unshared.path / SHARED_DATA).exists()
+    assert "shared" not in dump(unshared.manifest.reports)["export"] and not (unshared.path / SHARED_DATA).exists()
     assert unshared.manifest.lineage[-1].config["share_tensors"] is False
     from typer.testing import CliRunner
 

@@ -20,6 +20,7 @@ from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.quantize.config import WeightFormat
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
 from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
@@ -46,7 +47,7 @@ def test_quantize_stores_one_more_target_and_shares_the_rest(two) -> None:  # ty
     assert variant.quantization.weight_bits == 7 and variant.quantization.method == "rtn"
     graphs = [rel for rel in manifest.files if rel.endswith(".onnx")]
     assert sorted(graphs) == ["draft.onnx", "target.onnx", "target.w8a8.onnx"]  # one draft, one tokenizer
-    report = manifest.reports["quantize"]["variants"]["w8a8"]
+    report = dump(manifest.reports)["quantize"]["variants"]["w8a8"]
     assert abs(report["graphs"]["target"]["perplexity_increase_pct"]) < 1.0
     assert report["speculative"]["lossless_prompts"] == report["speculative"]["prompts"]
     assert manifest.lineage[-1].config["format"] == "nbits,w8a8"
@@ -64,7 +65,7 @@ def test_compile_builds_each_format_and_each_decodes_exactly(two) -> None:  # ty
     assert variant is not None and variant.file == "cpu/w8a8/target.onnx"
     assert "com.microsoft.MatMulIntegerToFloat" in variant.ops  # the fused form of the w8a8 linear
     assert "com.microsoft.MatMulNBits" in fused.manifest.buckets.fused["target"].ops
-    assert "w8a8" in fused.manifest.reports["compile"]["variants"]
+    assert "w8a8" in dump(fused.manifest.reports)["compile"]["variants"]
     for name in ("nbits", "w8a8"):
         engine = Engine(fused.runtime_info(name))
         ops = op_types(engine.target.path) if hasattr(engine.target, "path") else None

@@ -20,6 +20,7 @@ from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate.stage import GenerateConfig, generate_settings
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.config import LayerClass, WeightFormat, layer_class
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
 from specdec.pipeline.settings.decode_options import DecodeOptions
@@ -68,7 +69,7 @@ def test_each_layer_class_gets_its_format_and_the_record_says_so(mixed) -> None:
     assert precision(bundle.manifest, "target") == \
         "mixed int4/int8 weights (rtn + w8a8 by layer class), float32/int8 compute"  # what `inspect` prints
     assert bundle.manifest.lineage[-1].config["mix"] == {"attention": "w8a8", "mlp": "nbits", "head": "nbits"}
-    spec = bundle.manifest.reports["quantize"]["speculative"]
+    spec = dump(bundle.manifest.reports)["quantize"]["speculative"]
     assert spec["layout"] == "exact" and spec["lossless_prompts"] == spec["prompts"]
 
 

@@ -126,7 +126,7 @@ def test_tied_head_and_quantized_embeddings(bundle_factory, tmp_path: Path) -> N
         assert record["layers"]["lm_head"]["bits"] == bits
         floats = [init for init in model.graph.initializer if init.data_type == onnx.TensorProto.FLOAT]
         assert all(int(np.prod(init.dims)) < 320 * 64 for init in floats)  # no float table is left
-    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+    assert dump(bundle.manifest.reports)["quantize"]["speculative"]["lossless_prompts"] == 3
 
 
 def test_gemm_layers(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -141,7 +141,7 @@ def test_gemm_layers(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no
     assert record["embeddings"]["transformer.wte"]["bits"] == "float"
     ops = [node.op_type for node in model.graph.node]
     assert "Gemm" not in ops and ops.count("MatMulNBits") == 9 and ops.count("Gather") == 2
-    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+    assert dump(bundle.manifest.reports)["quantize"]["speculative"]["lossless_prompts"] == 3
 
 
 def test_custom_ops_survive_quantization(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -187,7 +187,7 @@ def test_genai_layout_puts_every_target_layer_at_4_bits(bundle_factory, tmp_path
     nodes = onnx.load(str(bundle.path / "target.onnx")).graph.node
     assert {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"} == {4}
     assert bundle.manifest.lineage[-1].config["first_block_bits"] == 4
-    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+    assert dump(bundle.manifest.reports)["quantize"]["speculative"]["lossless_prompts"] == 3
     with pytest.raises(InputError, match="first_block_bits 6 is not 4 or 8"):
         QuantizeConfig.from_text(output=tmp_path / "x", first_block_bits=6)
 
@@ -206,7 +206,7 @@ def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> N
     quantization = bundle.manifest.quantization
     assert quantization is not None and list(quantization.graphs) == ["draft"]
     assert bundle_requirements(quantization) == {}  # the target computes in float: trees stay exact
-    report = bundle.manifest.reports["quantize"]
+    report = dump(bundle.manifest.reports)["quantize"]
     assert list(report["graphs"]) == ["draft"] and report["speculative"]["layout"] == "tree"
     assert report["speculative"]["lossless_prompts"] == 3
     assert bundle.manifest.lineage[-1].config["graphs"] == ["draft"]
@@ -244,8 +244,8 @@ def test_keep_float_and_short_calibration(bundle_factory, tmp_path: Path) -> Non
     assert layers["lm_head"] == {"bits": "float", "reason": "--keep-float"}
     assert all(r["bits"] == "float" for name, r in layers.items() if ".mlp." in name)
     assert layers["model.layers.1.self_attn.o_proj"]["bits"] == 4
-    warning = bundle.manifest.reports["quantize"]["warnings"][0]
-    samples = bundle.manifest.reports["quantize"]["calibration"]["samples"]
+    warning = dump(bundle.manifest.reports)["quantize"]["warnings"][0]
+    samples = dump(bundle.manifest.reports)["quantize"]["calibration"]["samples"]
     assert f"using {samples} sample(s)" in warning and samples < 8
 
 

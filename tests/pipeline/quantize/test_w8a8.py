@@ -20,6 +20,7 @@ from specdec.pipeline.engine.int8_range import x86_without_vnni
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.quantize import QuantizeConfig
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
@@ -52,7 +53,7 @@ def test_every_linear_layer_is_int8_matmulinteger(w8a8) -> None:  # type: ignore
 
 
 def test_quality_perplexity_within_one_percent_and_lossless(w8a8) -> None:  # type: ignore[no-untyped-def]
-    report = w8a8[1].manifest.reports["quantize"]
+    report = dump(w8a8[1].manifest.reports)["quantize"]
     for graph in report["graphs"].values():
         assert abs(graph["perplexity_increase_pct"]) < 1.0
         assert 0 < graph["logits_error"] < 1  # what compile scales its int8-compute tolerance by
@@ -135,7 +136,7 @@ def test_npu_flavour_carries_it_and_speculation_equals_plain(w8a8, tmp_path: Pat
     config = CompileConfig(output=tmp_path / "npu", target=GraphFlavour.npu, buckets=(4, 8), draft_buckets=(1, 4),
                            max_context=96, context_buckets=(96,))
     static = compile_bundle(config, w8a8[1])
-    readiness = static.manifest.reports["compile"]["readiness"]
+    readiness = dump(static.manifest.reports)["compile"]["readiness"]
     assert all("ai.onnx:MatMulInteger" in r["providers"]["NNAPI"]["unsupported_ops"] for r in readiness.values())
     engine = Engine(static.path)
     for prompt in ([5, 6, 7], [11, 3]):
@@ -147,7 +148,7 @@ def test_npu_flavour_carries_it_and_speculation_equals_plain(w8a8, tmp_path: Pat
 def test_fused_target_computes_a_single_row_exactly(w8a8) -> None:  # type: ignore[no-untyped-def]
     """The attention pad row: plain steps of one row equal chain rows bit for bit, so the exact layout pads nothing."""
     _, _, fused = w8a8
-    assert fused.manifest.reports["compile"]["invariance"]["single_row"]
+    assert dump(fused.manifest.reports)["compile"]["invariance"]["single_row"]
     engine = Engine(fused.path)
     assert engine.target.single_row_exact and not engine.drafter.runner.single_row_exact  # type: ignore[union-attr]
     exact = DecodeConfig(max_new_tokens=20, exact_layout=True)
