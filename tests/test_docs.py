@@ -1,5 +1,5 @@
 """The user-facing docs: the CLI reference matches the CLI, the README stays short and says nothing about the
-project's own history (that belongs in git and benchmarks/RESULTS.md)."""
+project's own history (that belongs in git and benchmarks/RESULTS-archive.md)."""
 
 from __future__ import annotations
 

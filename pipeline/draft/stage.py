@@ -92,7 +92,7 @@ class DraftConfig:
 
 
 DEFAULT_MINUTES = 15.0
-# chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS.md, "specdec draft: smaller
+# chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS-archive.md, "specdec draft: smaller
 # sizes against the demo draft"): 0.1 keeps all 4 of its working layers (agreement 0.85-1.0 with
 # the target; faster than the demo draft in 6 of 6 turns, float and w8a8: "specdec draft with its
 # defaults against the demo draft", 2026-12-04); 0.03 (2 layers) and 0.02 (1 layer) agreed 0.58
