@@ -95,7 +95,7 @@ def generate(
     """Stream text with speculative decoding from any bundle.
 
     --prompt streams one reply to the terminal; --prompts FILE.jsonl writes replies to --output.
-    No adaptive controller runs unless --controllers names some."""
+    Adaptive controllers run only when named (default: none)."""
     chosen = parse_controllers(controllers) if controllers is not None else ()
     request = options.config_from(GenerateConfig, locals(), controllers=chosen, ban=options.read_ban(ban),
                                   json_schema=options.read_json_schema(json_schema))
