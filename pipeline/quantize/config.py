@@ -216,8 +216,9 @@ class QuantizeConfig:
 
     def __post_init__(self) -> None:
         formats = (self.format, *self.also_formats)
-        if len(set(formats)) < len(formats):
-            raise InputError(f"{setting('format')} names a weight format twice",
+        twice = next((f for i, f in enumerate(formats) if f is not None and f in formats[:i]), None)
+        if twice is not None:
+            raise InputError(f"{setting('format')} names {twice.value} twice",
                              "list each weight format once, e.g. --format nbits,w8a8")
         named = {f for f in formats if f is not None}
         if self.mix is not None:

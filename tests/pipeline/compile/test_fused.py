@@ -302,8 +302,15 @@ def test_the_int8_compute_tolerance_scales_with_the_formats_own_logits_error() -
     assert int8_tolerance(0.01) == 2e-2  # a small format error keeps the fixed floor
     assert int8_tolerance(0.149) == pytest.approx(0.0745)  # the fused 1.24B target's 0.0517 passes
     assert int8_tolerance(0.149) >= 0.0517 > int8_tolerance(None)
-    reports = {"quantize": {"graphs": {"target": {"logits_error": 0.149}, "draft": {"perplexity_after": 2.0}}}}
+    from specdec.pipeline.records.codec import from_dict
+    from specdec.pipeline.records.reports import Reports
+
+    use = {"source": "x", "samples": 1, "seq_len": 8, "tokens": 8}
+    reports = from_dict(Reports, {"quantize": {
+        "calibration": use, "eval": {"source": "x", "windows": 1, "tokens": 8},
+        "graphs": {"target": {"logits_error": 0.149}, "draft": {"perplexity_after": 2.0}},
+        "total": {"bytes_before": 2, "bytes_after": 1, "size_ratio": 0.5}}})
     assert format_logits_error(reports, "target") == 0.149
-    assert format_logits_error(reports, "draft") is None and format_logits_error({}, "target") is None
+    assert format_logits_error(reports, "draft") is None and format_logits_error(Reports(), "target") is None
     assert "0.149" in tolerance_basis(True, 0.149) and "0.5" in tolerance_basis(True, 0.149)
     assert "no quantization logits error" in tolerance_basis(True, None) and tolerance_basis(False, 0.149) == ""
