@@ -30,6 +30,7 @@ from common import demo_bundle
 from specdec.pipeline.bench.fleet import FleetConfig, run_fleet
 from specdec.pipeline.bench.stage import BenchConfig
 from specdec.pipeline.bundle.store import Bundle
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.fleet import FleetEntry, load_fleet
 from specdec.pipeline.settings.profiles import Transport
 
@@ -64,7 +65,8 @@ def standins(count: int, workdir: Path) -> Iterator[list[FleetEntry]]:
 
 def measure(bundle: Bundle, devices: list[FleetEntry], jobs: int, out: Path, tokens: int,
             prompts: int) -> dict[str, Any]:
-    bench = BenchConfig(output=out, device=Transport.adb, limit=prompts, max_new_tokens=tokens, cooldown=False,
+    bench = BenchConfig(output=out, device=Transport.adb, limit=prompts, decode=DecodeOptions(max_new_tokens=tokens),
+                        cooldown=False,
                         tune=False)
     results = run_fleet(bench, FleetConfig(tuple(devices), jobs), bundle).results
     summary = results.summary

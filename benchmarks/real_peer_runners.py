@@ -155,17 +155,18 @@ class LlamaCpp:
 
 class Specdec:
     """specdec's engine with the settings `specdec generate` resolves on this machine (the bundle's tuned plan);
-    `options` are GenerateConfig fields (e.g. speculative=False)."""
+    `options` are DecodeOptions fields (e.g. speculative=False)."""
 
     def __init__(self, job: dict[str, Any]) -> None:
         from specdec.pipeline.bundle.store import Bundle
         from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+        from specdec.pipeline.settings.decode_options import DecodeOptions
         from specdec.pipeline.settings.profiles import load_device
 
         threads = int(job["threads"])
         bundle = Bundle.load(job["model"])
-        request = GenerateConfig(max_new_tokens=max(int(job.get("new_tokens", 1)), 1), threads=threads,
-                                 **job.get("options", {}))
+        request = GenerateConfig(decode=DecodeOptions(max_new_tokens=max(int(job.get("new_tokens", 1)), 1),
+                                                      **job.get("options", {})), threads=threads)
         settings = generate_settings(request, bundle, load_device("local-cpu"), None)
         self.config = settings.config
         self.engine = Generator(bundle, threads=threads, weight_format=settings.weight_format).engine

@@ -50,7 +50,7 @@ def bench(
     tune: bool = typer.Option(True, "--tune/--no-tune",
                               help="Without a plan for this device in the bundle, measure the device's cost curve "
                                    "and the acceptance first and plan the tree (else: profile/scenario tree)."),
-    calib: options.Calib = None,
+    calib: options.CalibPrompts = None,
     exact_layout: options.ExactLayout = None,
     ban: options.Ban = None,
     ban_policy: options.BanPolicyOption = None,
@@ -70,8 +70,13 @@ def bench(
     max_regression_pct: float = typer.Option(5.0, "--max-regression", help="Allowed regression vs --baseline, in %."),
     force: options.Force = False,
 ) -> None:
-    """Run plain vs speculative decoding on a device, or on a fleet of devices side by side; write results.json,
-    summary.md, plots, trace.json (a fleet: one such directory per device and fleet.json, fleet.md, fleet.png)."""
+    """Plain vs speculative decoding on a device, or on a fleet of devices side by side: latency, acceptance,
+    power, thermal, CI gates.
+
+    Writes results.json, summary.md, PNG plots and trace.json into the output directory (a fleet: one such
+    directory per device, plus fleet.json, fleet.md and fleet.png). At temperature 0 the two modes' outputs are
+    compared token for token (losslessness). Defaults: --prompts the demo's held-out prompts, --controllers
+    fallback,thermal,power."""
     serials = serial or []
     fleet_run = fleet is not None or len(serials) > 1
     device_options = {"serial": None, "adb_host": None, "adb_port": None} if fleet_run else \

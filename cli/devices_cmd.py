@@ -129,9 +129,10 @@ def devices(
     python: options.Python = None,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """List what adb sees (only --serial's devices when given): model, Android, ABI, battery, the device's Python
-    and the portable runtime on it. With --fleet: check every device of a fleet file (reachable on its adb server,
-    ABI, its Python or the portable runtime) before a long run; exit 8 when one is not ready."""
+    """List adb devices: model, Android, ABI, battery, device Python, portable runtime.
+
+    With --serial, only those devices. With --fleet: check every device of a fleet file (reachable on its adb
+    server, ABI, its Python or the portable runtime) before a long run; exit 8 when one is not ready."""
     if fleet is not None:
         _check_fleet(fleet_from(fleet, serial or [], profile=profile, host=adb_host, port=adb_port), as_json)
         return

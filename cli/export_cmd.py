@@ -30,11 +30,12 @@ def export(
                                        help="Store tensors identical in target and draft once, in shared.data "
                                             "(--no-share-tensors: each graph holds its own copy)."),
 ) -> None:
-    """Export a Hugging Face or GGUF target (+ draft) to a validated ONNX bundle."""
+    """Export a Hugging Face or GGUF target (and draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
                           force=force, validate=validate, share_tensors=share_tensors)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))
-    report = bundle.manifest.reports.get("export", {}).get("validation")
+    export = bundle.manifest.reports.export
+    report = export.validation if export is not None else None
     if isinstance(report, dict):
         worst = max((c["max_abs_diff"] for r in report.values() for c in r["checks"]), default=0.0)
         err.print(f"[green]validated[/]: ONNX matches PyTorch (max |diff| {worst:.2g})")

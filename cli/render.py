@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specdec.cli.console import err, out, warn
@@ -13,7 +15,30 @@ from specdec.pipeline.errors import DeviceLostError, FleetError, GateFailedError
 from specdec.pipeline.records.fleet import DeviceStatus, FleetResults
 from specdec.pipeline.records.manifest import Quantization
 from specdec.pipeline.records.plan import DevicePlan
+from specdec.pipeline.records.reports import CompileReport, QuantizeReport
 from specdec.pipeline.records.results import BenchResults
+
+NARROW = 100  # columns under which wide tables switch to fewer columns or a vertical layout
+
+
+def narrow(console: Console) -> bool:
+    """Whether `console` is too narrow for a table of many columns (headers would be cut to "tok…")."""
+    return console.width < NARROW
+
+
+def vertical(title: str, records: list[tuple[str, list[tuple[str, str]]]]) -> Table:
+    """Records as one block each (a heading row, then a label and value per row): a wide table's layout
+    for a narrow terminal."""
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1))
+    table.add_column("field", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for index, (heading, fields) in enumerate(records):
+        if index:
+            table.add_row("", "")
+        table.add_row(f"[bold]{escape(heading)}[/]", "")
+        for label, value in fields:
+            table.add_row(label, value)
+    return table
 
 
 def human_bytes(size: float) -> str:
@@ -39,10 +64,10 @@ def readiness_table(readiness: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-def qdq_lines(report: dict[str, Any]) -> list[str]:
+def qdq_lines(report: CompileReport) -> list[str]:
     """`specdec compile` and `specdec inspect --mobile` of a static-qdq bundle: what the QDQ form costs
     against dynamic w8a8 (lossy, measured) and what it gains in NNAPI/CoreML share."""
-    qdq = report.get("activations")
+    qdq = report.activations
     if not qdq:
         return []
     lines = []
@@ -52,7 +77,7 @@ def qdq_lines(report: dict[str, Any]) -> list[str]:
                      f"{g['greedy_mismatch_rate']:.1%} of greedy tokens differ, perplexity "
                      f"{g['perplexity_w8a8']:.3f} -> {g['perplexity_qdq']:.3f}" + _invariant(g.get("invariance")))
     for name, before in qdq.get("readiness_matmulinteger", {}).items():
-        after = report.get("readiness", {}).get(name, {}).get("providers", {})
+        after = (report.readiness or {}).get(name, {}).get("providers", {})
         shares = []
         for provider in ("NNAPI", "CoreML"):
             was, now = before[provider], after.get(provider, {})
@@ -78,13 +103,13 @@ def _delta(before: float, after: float, digits: int = 3) -> tuple[str, str, str]
     return f"{before:.{digits}f}", f"{after:.{digits}f}", change
 
 
-def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
+def quality_table(report: QuantizeReport, quantization: Quantization) -> Table:
     """`specdec quantize`, `specdec inspect` and the pipeline: the quality report of a quantized bundle."""
     table = Table(title="quantization quality (measured, same data before and after)", title_justify="left")
     for column, justify in (("graph", "left"), ("figure", "left"), ("before", "right"), ("after", "right"),
                             ("change", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for role, g in report["graphs"].items():
+    for role, g in report.graphs.items():
         q = quantization.graphs[role]
         summary = q.summary
         tables = sorted({"float" if r.is_float else f"int{r.bits}" for r in q.embeddings.values()})
@@ -93,7 +118,7 @@ def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
         ratio = f"×{g['size_ratio']:.2f}"
         table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)
         table.add_row("", "perplexity", *_delta(g["perplexity_before"], g["perplexity_after"]))
-    spec = report.get("speculative")
+    spec = report.speculative
     if spec:
         table.add_row("pair", "draft top-1 agreement", *_delta(spec["top1_agreement_before"],
                                                                spec["top1_agreement_after"]))
@@ -105,9 +130,9 @@ def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
         tree = spec.get("tree_layout")
         if tree is not None:
             table.add_row("", "tokens differing in the tree layout", "", f"{tree['token_mismatch_rate']:.1%}", "")
-    total = report["total"]
-    table.add_row("bundle", "graphs on disk", _mb(total["bytes_before"]), _mb(total["bytes_after"]),
-                  f"×{total['size_ratio']:.2f}")
+    total = report.total
+    table.add_row("bundle", "graphs on disk", _mb(total.bytes_before), _mb(total.bytes_after),
+                  f"×{total.size_ratio:.2f}")
     return table
 
 
@@ -159,7 +184,9 @@ def results_table(results: BenchResults) -> Table:
     policy = results.memory.kv_policy if results.memory is not None else "?"
     table.add_row(f"KV ({policy}): B/token | MiB at the longest reply", "",
                   f"{_fmt(f.kv_bytes_per_token)} | {_fmt(f.kv_mb_end)}")
-    table.add_row("weights MiB", "", _fmt(f.weights_mb))
+    pushed = results.memory.payload_bytes if results.memory is not None else None
+    table.add_row("weights MiB | pushed to the device MiB", "",
+                  f"{_fmt(f.weights_mb)} | {_fmt(pushed / 2**20 if pushed is not None else None)}")
     table.add_row("speedup (measured | predicted)", "", f"{_fmt(f.speedup)} | {_fmt(f.predicted_speedup)}")
     table.add_row("mean accepted length | α", "", f"{_fmt(f.mean_accepted_len)} | {_fmt(f.acceptance_rate)}")
     table.add_row("draft/target cost r | call overhead ms", "", f"{_fmt(f.cost_ratio_r)} | {_fmt(f.fixed_call_ms)}")

@@ -84,7 +84,7 @@ def pick_prompts_and_calib(
     # Scenarios interleaved (code-00, chat-00, creative-00, knowledge-00, code-01, ...): `bench --limit N`
     # measures the first N prompts and tunes on the last ones, so both must span every scenario. Grouped,
     # --limit 8 measured code and chat while tune calibrated on knowledge documents, where prompt lookup
-    # copies well: it planned lookup alone for the demo draft (benchmarks/RESULTS.md, 2026-12-03).
+    # copies well: it planned lookup alone for the demo draft (benchmarks/RESULTS-archive.md, 2026-12-03).
     prompts.sort(key=lambda p: int(p["id"].rsplit("-", 1)[1]))  # stable: scenario order within an index
     rest = [[d for d in docs if d not in used] for docs in by_source.values()]
     parts: list[str] = []

@@ -1,6 +1,6 @@
 """The benchmark scripts still run: each answers --help, and the cheap ones complete a tiny run.
 
-They are scripts, not tests (their numbers are in benchmarks/RESULTS.md); this only keeps them from
+They are scripts, not tests (their numbers are in benchmarks/RESULTS-archive.md); this only keeps them from
 rotting as the code they drive changes. They run in this process, as `python benchmarks/X.py` would.
 """
 

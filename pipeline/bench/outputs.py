@@ -18,7 +18,6 @@ from specdec.pipeline.devices.sensors import thermal_events
 from specdec.pipeline.engine.processors import processor_names
 from specdec.pipeline.inputs.prompts import BenchPrompt
 from specdec.pipeline.ondevice.orchestrate import DeviceRun
-from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.decode import VerifyMode
 from specdec.pipeline.records.kv_policy import KVPolicy
@@ -42,7 +41,7 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
     mode = settings.config.effective_mode
     result = analysis.analyze(run.events, run.sensors, greedy_equivalent=mode is not VerifyMode.rrs)
     memory = result.memory
-    memory.weights_bytes = sum((bundle.path / rel).stat().st_size for rel in bundle_files(bundle))
+    memory.weights_bytes = bundle.runner_bytes(settings.weight_format)
     memory.kv_policy = kv_policy_name(bundle)
     result.figures.weights_mb = memory.weights_bytes / 2**20
     return BenchResults(

@@ -15,21 +15,21 @@ from specdec.pipeline.bench import gates
 from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bundle.store import Bundle, StagedDirectory
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.inputs.prompts import BenchPrompt, load_bench_prompts
+from specdec.pipeline.inputs.prompts import fit_prompts, load_bench_prompts
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import sensor_args
 from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink
 from specdec.pipeline.ondevice.session import DeviceSession, DeviceTarget, SessionGroup, calibration_prompts
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
+from specdec.pipeline.records.codec import FLATTEN
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import profiles
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 from specdec.pipeline.settings.resolve import (
     DEFAULT_CONTROLLERS,
     check_controllers,
     controller_spec,
-    options_from,
     run_settings,
 )
 from specdec.pipeline.tune import plans
@@ -50,31 +50,15 @@ class BenchConfig:
     chat: bool = False  # text prompts as user messages through the bundle's chat template
     limit: int | None = None
     repeats: int = 1
-    # Decode settings, by DecodeConfig field name; None: not set, the plan, scenario, profile or
-    # built-in default decides (pipeline/settings/resolve.py), as for `specdec generate`.
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    mode: VerifyMode | None = None
-    seed: int | None = None
-    tree_budget: int | None = None
-    depth: int | None = None
-    width: int | None = None
-    drafter: DrafterKind | None = None  # None: the scenario's or profile's, else model
-    lookup_max_ngram: int | None = None
-    lookup_min_ngram: int | None = None
+    # the decode settings the run was given (flat in YAML and on the command line); None: not set, the
+    # plan, scenario, profile or built-in default decides (pipeline/settings/resolve.py)
+    decode: DecodeOptions = field(default_factory=DecodeOptions, metadata=FLATTEN)
     threads: int | None = None
     python: str | None = None
     runtime: RuntimeKind | None = None  # None: the profile's runtime.use
     cooldown: bool = True
     tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
     calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
-    exact_layout: bool | None = None
-    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
-    ban: tuple[str, ...] | None = None
-    ban_policy: BanPolicy | None = None
-    refusal: str | None = None
-    json_schema: str | None = None
-    regex: str | None = None
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
     baseline: Path | None = None
@@ -123,13 +107,13 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
     target = config.target
     profile = target.load_profile()
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
-    options = options_from(config)
+    options = config.decode
     settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
     if baseline is None and config.baseline is not None:
         baseline = gates.load_baseline(config.baseline)
     codec = TextCodec(bundle.tokenizer_dir)
-    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat), bundle,
-                                     settings.config.max_new_tokens)
+    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat),
+                                     bundle.context, settings.config.max_new_tokens)
     with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.
         session = DeviceSession.open(target, profile, progress, group)
@@ -153,6 +137,8 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         settings = plans.with_tuned(settings, tuned, tune)
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
+        if results.memory is not None:
+            results.memory.payload_bytes = run.payload_bytes
         used = plan or tuned
         if used is not None:
             source = "bundle" if plan is not None else "tuned on the device"
@@ -171,23 +157,3 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         write_outputs(staged.dir, results, run, figures_only=True)
         staged.commit()
     return outcome
-
-
-def bundle_context(bundle: Bundle) -> int:
-    """The positions a reply may reach: the compiled context, or past it under a window KV policy."""
-    table = bundle.manifest.buckets
-    if table is not None:
-        return table.kv_policy.positions(table.max_context)
-    return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
-
-
-def fit_prompts(prompts: list[BenchPrompt], bundle: Bundle, max_new_tokens: int) -> tuple[list[BenchPrompt], list[str]]:
-    """Keep the end of prompts that would leave no room for the reply in the bundle's context."""
-    room = bundle_context(bundle) - max_new_tokens - 1
-    if room < 1:
-        raise InputError(f"{setting('max_new_tokens')} {max_new_tokens} leaves no room for a prompt in the bundle's "
-                         f"context of {bundle_context(bundle)} tokens", f"lower {setting('max_new_tokens')}")
-    long = [p.id for p in prompts if len(p.ids) > room]
-    notes = [f"{len(long)} prompt(s) longer than {room} tokens were cut to their last {room} "
-             f"({', '.join(long[:4])})"] if long else []
-    return [BenchPrompt(p.id, p.ids[-room:], p.scenario) for p in prompts], notes

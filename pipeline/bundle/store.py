@@ -22,9 +22,9 @@ from typing import Any
 
 from specdec import __version__
 from specdec.pipeline.bundle.staging import StagedDirectory
-from specdec.pipeline.engine.manifest import BundleInfo, bundle_info
+from specdec.pipeline.engine.bundle_info import BundleInfo, bundle_info
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, sha256_file
+from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, graph_files, sha256_file
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -103,6 +103,29 @@ class Bundle:
         """What the decoding engine reads from this (verified) bundle, its target in `weight_format`
         (None: the bundle's own; a tuned plan names the one it chose)."""
         return bundle_info(self.path, self.manifest.with_format(weight_format))
+
+    def runner_files(self, weight_format: str | None = None) -> list[str]:
+        """The files a runner opens: the compiled graphs of a compiled bundle, else the dynamic graphs
+        (with the tensors target and draft share); of a bundle that carries its target in several weight
+        formats, only `weight_format`'s (None: its own). What a device push carries besides the manifest."""
+        manifest = self.manifest.with_format(weight_format)
+        if manifest.buckets is not None:
+            return manifest.buckets.files()
+        files = graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
+        # tensors target and draft share (export): the graphs reference them in SHARED_DATA
+        return sorted({*files, SHARED_DATA}) if SHARED_DATA in manifest.files else files
+
+    def runner_bytes(self, weight_format: str | None = None) -> int:
+        return sum(self.manifest.files[rel].size for rel in self.runner_files(weight_format))
+
+    @property
+    def context(self) -> int:
+        """The positions a reply may reach: the compiled context (or past it under a window KV policy),
+        else the graphs' own."""
+        table = self.manifest.buckets
+        if table is not None:
+            return table.kv_policy.positions(table.max_context)
+        return min(spec.max_position_embeddings for spec in self.manifest.graphs.values())
 
     @property
     def tokenizer_dir(self) -> Path:

@@ -9,8 +9,8 @@ The YAML's stage sections ARE the stage configs: a section takes exactly the fie
 of ExportConfig, SurgeryConfig, QuantizeConfig, CompileConfig or BenchConfig, validated by
 `records.codec` (unknown keys are errors, choices are enums) and by the config's own checks,
 plus `enabled` (all but export). What the chain decides itself is not a section key: `output`
-and `force` of every stage, export's `target`/`draft` and the `profile` of compile and bench
-(top-level keys). Two pipeline defaults differ from the commands' and are listed in
+and `force` of every stage, export's `target`/`draft` and the `profile` of quantize, compile
+and bench (top-level keys). Two pipeline defaults differ from the commands' and are listed in
 `PIPELINE_DEFAULTS`: the articles' pairing (AWQ target, GPTQ draft) and 8 bench prompts.
 Relative paths in a file are relative to the file (`output`, and every path a section takes).
 
@@ -145,15 +145,17 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
         return from_dict(SECTIONS[stage], {**defaults, **values, **owned}, stage)
 
     bench: BenchConfig = section("bench", profile=profile)
-    if lookup_only and bench.drafter is not None and bench.drafter.needs_model:
-        raise RecordError("bench.drafter", f"{bench.drafter.value} needs a draft model, and `draft: lookup` "
+    drafter = bench.decode.drafter
+    if lookup_only and drafter is not None and drafter.needs_model:
+        raise RecordError("bench.drafter", f"{drafter.value} needs a draft model, and `draft: lookup` "
                                            "exports none (name a draft checkpoint, or drop bench.drafter)")
     return PipelineConfig(
         output=root,
         export=section("export", target=target, draft=draft, **({"no_draft": True} if lookup_only else {})),
         surgery=section("surgery"),
-        quantize=section("quantize"),
-        compile=section("compile", profile=bench.profile_name),  # compile for the device bench runs on
+        # quantize and compile for the device bench runs on (its profile's format and graph flavour)
+        quantize=section("quantize", profile=bench.profile_name),
+        compile=section("compile", profile=bench.profile_name),
         bench=bench,
         skipped=frozenset(skipped),
         from_target=from_target,

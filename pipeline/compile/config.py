@@ -82,7 +82,7 @@ class CompileConfig:
     # at max_context, which is always the last bucket
     context_buckets: tuple[int, ...] | None = None
     # None: the flavour's default, onnx for npu (its variants share weights files, which ORT
-    # format cannot reference) and both for cpu
+    # format cannot reference) and ort for cpu (the file its runner opens; `both` keeps the .onnx too)
     format: OutputFormat | None = None
     # the KV cache policy (records/kv_policy.py); the profile's when None. `window` is lossy.
     kv_cache: KVCache | None = None
@@ -128,7 +128,7 @@ class CompileConfig:
                                  "policy's variants span one fixed ring of slots",
                                  f"drop {setting('context_buckets')}")
             contexts = (window_slots(policy, max(*buckets, *draft, chunk)),)
-        output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
+        output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.ort)
         activations = self.activations or Activations.dynamic
         if activations is not Activations.dynamic and flavour is not GraphFlavour.npu:
             raise InputError(f"{setting('activations')} {activations.value} is built for the npu flavour only",

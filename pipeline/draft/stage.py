@@ -28,8 +28,8 @@ from specdec.pipeline.checkpoints.gguf import forget_quantization
 from specdec.pipeline.checkpoints.locate import locate
 from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.draft import budget, distill, pruning, report
-from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.inputs.calibration import read_tokens
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,9 @@ class DraftConfig:
     heads: int | None = None  # KV heads (GQA groups) kept per layer (default: all)
     ffn: int | None = None  # FFN channels kept per layer, a multiple of 64 (default: measured)
     calib: Path | None = None  # user text (plain, or JSONL with text / input_ids) to distil on as well
-    minutes: float | None = None  # training time budget (default: DEFAULT_MINUTES unless steps is given)
+    # wall-clock budget of the whole run — loading, the target's text, the importance probe, distillation,
+    # the evaluation and saving (default: DEFAULT_MINUTES unless steps is given)
+    minutes: float | None = None
     steps: int | None = None  # optimizer steps (with minutes: at most this many)
     samples: int = 512  # rows the target writes (sampled, and as many greedy continuations)
     seq: int = 128  # tokens per row
@@ -92,7 +94,7 @@ class DraftConfig:
 
 
 DEFAULT_MINUTES = 15.0
-# chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS.md, "specdec draft: smaller
+# chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS-archive.md, "specdec draft: smaller
 # sizes against the demo draft"): 0.1 keeps all 4 of its working layers (agreement 0.85-1.0 with
 # the target; faster than the demo draft in 6 of 6 turns, float and w8a8: "specdec draft with its
 # defaults against the demo draft", 2026-12-04); 0.03 (2 layers) and 0.02 (1 layer) agreed 0.58
@@ -104,7 +106,7 @@ IMPORTANCE_BATCH = 4  # probe rows a pass (pruning.measure)
 
 
 @dataclass(frozen=True)
-class DraftResult:
+class MadeDraft:
     path: Path
     report: dict[str, Any]
 
@@ -167,7 +169,7 @@ def _resume_state(config: DraftConfig, fingerprint: str) -> dict[str, Any] | Non
 
 
 def make_draft(config: DraftConfig, progress: Progress | None = None,
-               step_cost: budget.StepCost | None = None) -> DraftResult:
+               step_cost: budget.StepCost | None = None) -> MadeDraft:
     """`step_cost`: the target's step time, instead of measuring it (tests size a budget with it)."""
     import torch
     from transformers.utils import logging as hf_logging
@@ -213,7 +215,7 @@ def _budget_report(planned: dict[str, dict[str, Any]], phases: dict[str, float],
         for name, key in spent.items()}}
 
 
-def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budget.StepCost | None) -> DraftResult:
+def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budget.StepCost | None) -> MadeDraft:
     import torch
 
     progress = progress or SilentProgress()
@@ -242,7 +244,8 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
 
     if resume is None:
         cost = (step_cost or budget.measure(target, int(start))) if budget_s is not None else None
-        calib = read_tokens(config.calib, tokenizer, shape.vocab) if config.calib else None
+        calib = (read_tokens(config.calib, lambda text: tokenizer.encode(text, add_special_tokens=False), shape.vocab)
+                 if config.calib else None)
         seq, chunk_rows = config.seq, None
         if cost is not None and budget_s is not None:
             text = budget.first_chunk(cost, started + budget_s * budget.CORPUS_SHARE - time.time(),
@@ -284,7 +287,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
     else:
         corpus = distill.Corpus.from_state(resume["corpus"])
         importance = pruning.Importance(**resume["importance"])
-        plan = pruning.Plan(**resume["plan"])
+        plan = pruning.PrunePlan(**resume["plan"])
         planned = resume.get("budget", {})
         training = resume["training"]
     draft = pruning.build(target, plan, shape)
@@ -344,4 +347,4 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         report.write(staged.dir, result)
         path = staged.commit()
     state_path(config.output).unlink(missing_ok=True)
-    return DraftResult(path=path, report=result)
+    return MadeDraft(path=path, report=result)

@@ -25,11 +25,11 @@ from specdec.custom_ops.block_sparse_verify import (
     target_probs,
     verify_rrs,
 )
+from specdec.pipeline.engine.bundle_info import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.engine.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.int8_range import check_weight_range
 from specdec.pipeline.engine.lookup import LookupDrafter, ModelLookupDrafter
-from specdec.pipeline.engine.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.engine.model_drafter import ModelDrafter
 from specdec.pipeline.engine.processors import Constraints, ProcessorCache, build
 from specdec.pipeline.engine.processors.base import REFUSED

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.chunked import is_causal, kept_past_chunks, visible_past_chunks
 from specdec.pipeline.engine.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
 from specdec.pipeline.engine.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY, LayerGroup
 from specdec.pipeline.engine.graph import OP_INPUT_NAMES, SessionOptions, make_session
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.engine.masks import hide_beyond_window
 from specdec.pipeline.engine.runner import build_mask, causal, no_scratch
 from specdec.pipeline.errors import GenerationError, setting

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from specdec.pipeline.engine.manifest import GraphInfo
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK, mask_feeds
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.decode import PruneParams

@@ -28,6 +28,7 @@ from specdec.pipeline.export.validate import enforce, validate_graph
 from specdec.pipeline.graphs.files import describe_io
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.manifest import CheckpointFormat, SourceFormat
+from specdec.pipeline.records.reports import ExportReport, Reports
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +175,9 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
         manifest = Manifest(
             graphs=graphs,
             tokenizer=_tokenizer_spec(target.tokenizer, generation_eos),
-            reports={"export": {"validation": validation if config.validate else "skipped (--no-validate)",
-                                "warnings": list(pair.warnings),
-                                **({"shared": sharing.record()} if sharing is not None else {}),
-                                **({"draft": TARGET_ONLY} if config.target_only else {})}},
+            reports=Reports(export=ExportReport(
+                validation=validation if config.validate else "skipped (--no-validate)", warnings=list(pair.warnings),
+                shared=sharing.record() if sharing is not None else None,
+                draft=TARGET_ONLY if config.target_only else None)),
         )
         return writer.finish(manifest, stage="export", config=config.record(), inputs=config.input_digests)

@@ -89,6 +89,22 @@ class BenchPrompt:
     scenario: str | None = None
 
 
+def prompt_room(context: int, max_new_tokens: int) -> int:
+    """The most prompt tokens that leave a reply of `max_new_tokens` room in `context` positions; a reply
+    longer than half the context never pushes the prompt below half of it (the reply then stops at the
+    context's end). The one rule bench and generate fit prompts by."""
+    return context - min(max_new_tokens, context // 2) - 1
+
+
+def fit_prompts(prompts: list[BenchPrompt], context: int, max_new_tokens: int) -> tuple[list[BenchPrompt], list[str]]:
+    """The end of each prompt that fits `prompt_room`, and a note naming the prompts that were cut."""
+    room = prompt_room(context, max_new_tokens)
+    long = [p.id for p in prompts if len(p.ids) > room]
+    notes = [f"{len(long)} prompt(s) longer than {room} tokens were cut to their last {room} "
+             f"({', '.join(long[:4])})"] if long else []
+    return [BenchPrompt(p.id, p.ids[-room:], p.scenario) for p in prompts], notes
+
+
 def default_prompts_file() -> Path | None:
     path = Path(str(resources.files("specdec.pipeline.demo") / "eval_prompts.jsonl"))
     return path if path.is_file() else None

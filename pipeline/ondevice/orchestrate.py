@@ -1,7 +1,9 @@
-"""Drive one bench run on a device: push, cool down, sample sensors, run, poll, pull, clean up.
+"""Drive one bench run on a device: push the payload, cool down, sample sensors, start the runner,
+poll it, clean up.
 
-Events are fetched while the runner works, so a device lost mid-run still leaves every round
-finished before the loss; the result then says it is partial and why.
+The host reads the runner's events while it works, by tailing its events file over the device
+shell (nothing is pulled), so a device lost mid-run still leaves every round finished before the
+loss; the result then says it is partial and why.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class DeviceRun:
     log_tail: str = ""
     warnings: list[str] = field(default_factory=list)
     runtime: dict[str, Any] = field(default_factory=dict)  # what ran the runner (RunnerLaunch.describe)
+    payload_bytes: int = 0  # what the push carried (runtime zip, run spec, the bundle's runner files)
 
 
 def check_device(device: Device, profile: DeviceProfile, python: str) -> DeviceInfo:

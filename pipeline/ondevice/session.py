@@ -32,7 +32,7 @@ from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import SensorArgs
 from specdec.pipeline.ondevice.launch import ArchiveSource, cached_or_built, select_launch
 from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, RunnerLaunch, run_on_device
-from specdec.pipeline.ondevice.payload import build_payload
+from specdec.pipeline.ondevice.payload import build_payload, payload_bytes
 from specdec.pipeline.portable.archive import RuntimeArchive
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.plan import device_key
@@ -135,9 +135,12 @@ class DeviceSession:
         # The payload is scratch: it is pushed and dropped, never an output (the staging rules do not apply).
         with tempfile.TemporaryDirectory(prefix="specdec-payload-") as scratch:
             payload = build_payload(bundle, spec, Path(scratch) / "payload")
-            return run_on_device(self.device, self.profile, payload, new_run_id(), python=self.python,
-                                 cooldown=cooldown, on_event=on_event, sensors=sensors, launch=self.launch,
-                                 info=self.info)
+            pushed = payload_bytes(payload)
+            run = run_on_device(self.device, self.profile, payload, new_run_id(), python=self.python,
+                                cooldown=cooldown, on_event=on_event, sensors=sensors, launch=self.launch,
+                                info=self.info)
+            run.payload_bytes = pushed
+            return run
 
 
 class StoppableDevice(Device):
@@ -176,9 +179,6 @@ class StoppableDevice(Device):
 
     def push(self, local: Path, remote: str) -> None:
         self._call(self.inner.push, local, remote)
-
-    def pull(self, remote: str, local: Path) -> None:
-        self._call(self.inner.pull, remote, local)
 
     def run(self, command: str, *, timeout_s: float, on_output: OutputSink | None = None,
             cwd: str | None = None) -> RunResult:

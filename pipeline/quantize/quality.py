@@ -173,8 +173,8 @@ def _engine_figures(bundle_dir: Path, prompts: list[list[int]], new_tokens: int,
 
 def invariance(bundle_dir: Path) -> dict[str, Any]:
     """Which batch invariance the quantized target has (engine/invariance.py), on the graph as written."""
+    from specdec.pipeline.engine.bundle_info import read_bundle
     from specdec.pipeline.engine.invariance import measure
-    from specdec.pipeline.engine.manifest import read_bundle
     from specdec.pipeline.engine.runner import DynamicRunner
 
     target = read_bundle(bundle_dir).graphs["target"]

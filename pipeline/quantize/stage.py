@@ -43,6 +43,7 @@ from specdec.pipeline.records.manifest import (
     Quantization,
     TargetVariant,
 )
+from specdec.pipeline.records.reports import QuantizeReport
 
 log = logging.getLogger(__name__)
 
@@ -263,6 +264,10 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     from specdec.pipeline.inputs.text import TextCodec
 
     progress = progress or SilentProgress()
+    _ = config.weight_format  # the profile's format when none was given: a bad profile fails before any work
+    for path, key in ((config.calib, "calib"), (config.eval_file, "eval_file")):
+        if path is not None and not path.is_file():
+            raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
     _check_bundle(source)
     manifest = source.manifest.copy()
     context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
@@ -300,7 +305,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         if "target" in roles and config.also_formats:
             report["variants"] = {also.value: _also_format(source, manifest, also, config, data, writer.dir,
                                                            new_tokens, progress) for also in config.also_formats}
-        manifest.reports["quantize"] = report
+        manifest.reports.quantize = from_dict(QuantizeReport, report, "reports.quantize")
         return writer.finish(manifest, stage="quantize", config=config.record(), inputs=input_digests(source))
 
 

@@ -2,7 +2,7 @@
 
 Stages write it (through `bundle.BundleWriter`, which adds the file hashes and the lineage entry),
 `bundle.Bundle.load` reads it and then verifies every file's sha256, and the device runtime reads
-it with the same function (`engine/manifest.py` derives what the engine needs): stdlib
+it with the same function (`engine/bundle_info.py` derives what the engine needs): stdlib
 dataclasses validated by `records.codec`, so host and device accept exactly the same JSON and
 word its errors the same way.
 """
@@ -21,6 +21,7 @@ from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, pars
 from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.plan import TunePlan
+from specdec.pipeline.records.reports import Reports
 
 MANIFEST_NAME = "manifest.json"
 # Version of the manifest's on-disk shape. Bump it when the JSON changes shape (a new key that
@@ -263,7 +264,7 @@ class BucketTable:
     def shared_weights(self, role: str) -> str | None:
         """The shared weights file the runtime files of `role` read; None where they carry their weights.
 
-        ORT-format files hold their weights inline, so with `--format both` the runtime opens the .ort
+        ORT-format files hold their weights inline, so with `--file-format both` the runtime opens the .ort
         variants and never the shared file the onnx variants reference."""
         data = self.weights.get(role)
         return data if data is not None and any(v.ort_file is None for v in self.graphs.get(role, [])) else None
@@ -378,7 +379,7 @@ class Manifest:
     tokenizer: TokenizerSpec
     files: dict[str, FileEntry] = field(default_factory=dict)  # every file but the manifest, with its sha256
     lineage: list[LineageEntry] = field(default_factory=list)
-    reports: dict[str, Any] = field(default_factory=dict)  # stage reports (validation, quality, ...) by stage
+    reports: Reports = field(default_factory=Reports)  # what each stage measured (records/reports.py)
     custom_ops: CustomOps | None = None  # surgery
     quantization: Quantization | None = None  # quantize
     buckets: BucketTable | None = None  # compile: the flavour's graphs, the dispatch table

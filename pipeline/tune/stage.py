@@ -13,7 +13,7 @@ ones (tune/plans.choose_format); `generate` and `bench` then load that format's 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,16 @@ from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.orchestrate import ProgressSink
 from specdec.pipeline.ondevice.session import DeviceSession, DeviceTarget, calibration_prompts
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.decode import DrafterKind
+from specdec.pipeline.records.codec import FLATTEN, to_dict
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
+from specdec.pipeline.records.reports import TuneReport
 from specdec.pipeline.records.results import RunSpec
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 from specdec.pipeline.settings.resolve import run_settings
 from specdec.pipeline.tune import plans
+
+CALIBRATION_TOKENS = 48  # tokens of each calibration reply
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,18 @@ class TuneConfig:
     threads: int | None = None
     python: str | None = None
     runtime: RuntimeKind | None = None  # None: the profile's runtime.use
-    max_new_tokens: int = 48
-    drafter: DrafterKind | None = None  # None: calibrate every drafter the bundle can run
-    exact_layout: bool | None = None
+    # the decode settings the run was given: `drafter` (None: calibrate every drafter the bundle can run),
+    # `exact_layout`, ...; `max_new_tokens` is each calibration reply's length (default CALIBRATION_TOKENS)
+    decode: DecodeOptions = field(default_factory=DecodeOptions, metadata=FLATTEN)
     force: bool = False
+
+    def __post_init__(self) -> None:
+        if self.calibration_tokens < 8:
+            raise InputError(f"{setting('max_new_tokens')} must be at least 8 for calibration", "use 8 or more")
+
+    @property
+    def calibration_tokens(self) -> int:
+        return self.decode.max_new_tokens if self.decode.max_new_tokens is not None else CALIBRATION_TOKENS
 
     @property
     def target(self) -> DeviceTarget:
@@ -58,18 +70,19 @@ class TuneConfig:
         return self.target.profile_name
 
     def record(self) -> dict[str, Any]:
+        drafter = self.decode.drafter
         return {"device": self.device.value, "profile": self.profile_name, "threads": self.threads,
-                "calib": str(self.calib) if self.calib else None, "max_new_tokens": self.max_new_tokens,
-                "exact_layout": self.exact_layout, "drafter": self.drafter.value if self.drafter else None}
+                "calib": str(self.calib) if self.calib else None, "max_new_tokens": self.calibration_tokens,
+                "exact_layout": self.decode.exact_layout, "drafter": getattr(drafter, "value", drafter),
+                **{key: value for key, value in to_dict(self.decode).items()
+                   if value is not None and key not in ("max_new_tokens", "exact_layout", "drafter")}}
 
 
 def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | None = None,
                 progress: Progress | None = None) -> tuple[Bundle, DevicePlan]:
-    if config.max_new_tokens < 8:
-        raise InputError(f"{setting('max_new_tokens')} must be at least 8 for calibration", "use 8 or more")
     target = config.target
     profile = target.load_profile()
-    options = {"exact_layout": config.exact_layout, "drafter": config.drafter}
+    options = config.decode
     # one plan per weight format the bundle's target is carried in (one: its own format)
     carried = source.manifest.weight_formats()
     formats: list[str | None] = list(carried) if len(carried) > 1 else [None]
@@ -81,7 +94,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
         session = DeviceSession.open(target, profile, progress)
         request = plans.tune_request(source, options, session.key, prompts, only=True,
-                                     max_new_tokens=config.max_new_tokens)
+                                     max_new_tokens=config.calibration_tokens)
         assert request is not None  # `only` always asks
         measured: dict[str | None, DevicePlan] = {}
         warnings: list[str] = []
@@ -100,8 +113,9 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
         writer.copy_from(source)
         manifest = source.manifest.copy()
         manifest.plan = (manifest.plan or TunePlan()).with_plan(plan)
-        created = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        manifest.reports["tune"] = {"device": session.key, "created": created, "warnings": warnings}
+        manifest.reports.tune = TuneReport(device=session.key,
+                                           created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                                           warnings=warnings)
         bundle = writer.finish(manifest, stage="tune", config=config.record() | {"device_key": session.key},
                                inputs=input_digests(source))
     return bundle, plan

