@@ -47,8 +47,8 @@ class ModelSource:
 
     hf_dir: Path  # the float checkpoint: the reference, genai's builder, llama.cpp's converter
     gguf: Path | None  # the shipped GGUF file, which llama.cpp runs as it is (None: none at hand)
-    # What `specdec export` reads. The float directory today; point it at `gguf` once `specdec export`
-    # reads GGUF files (issue 43, item 1): the bundles then come from the shipped file itself.
+    # What `specdec export` reads: the shipped GGUF file itself where there is one, the float directory
+    # otherwise (both give the same float weights; the GGUF route is the one users take)
     specdec_target: str
     description: str
     cache: Path  # where the models made from it are kept
@@ -82,7 +82,7 @@ def model_source(hf_dir: Path | None, gguf_file: Path | None, cache: Path) -> Mo
     if not (out / "config.json").is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
         timed(f"dequantize {gguf.name} (transformers)", lambda: dequantize(gguf, out))
-    return ModelSource(out, gguf, str(out), f"{gguf.name} dequantized by transformers' GGUF loader", cache / slug)
+    return ModelSource(out, gguf, str(gguf), f"{gguf.name} dequantized by transformers' GGUF loader", cache / slug)
 
 
 def path_key(path: Path) -> str:

@@ -47,7 +47,8 @@ from real_peer_report import print_table
 
 HERE = Path(__file__).resolve().parent
 CACHE = HERE / "results" / "cache" / "real-peers"
-PROMPTS = HERE / "chat_prompts.jsonl"
+# the demo's own chat requests: the figures here and `specdec pipeline`'s bench read the same prompts
+PROMPTS = HERE.parent / "pipeline" / "demo" / "smollm2" / "prompts.jsonl"
 PPL_TEXT = HERE.parent / "pipeline" / "quantize" / "calib_default.txt"
 # onnxruntime-genai's speculative options (docs/speculative_decoding: the n-gram example, adaptive width)
 GENAI_NGRAM = "ngram_size=4,max_draft_tokens=8,ngram_chained_lookup=true,min_adaptive_k=2"

@@ -114,8 +114,8 @@ Profile = Annotated[str | None, typer.Option(
     "--profile", help="Device profile, a name or a YAML path (default: local-cpu; android-generic with --device adb).")]
 Serial = Annotated[list[str] | None, typer.Option(
     "--serial", "-s", help="adb serial of the device, as `adb devices` lists it, or HOST:PORT/SERIAL for one on "
-                           "another adb server (default: ANDROID_SERIAL, else the only device attached); bench and "
-                           "devices: repeat it for several devices (a fleet).")]
+                           "another adb server (default: ANDROID_SERIAL, else the only device attached); repeated, "
+                           "several phones side by side (a fleet) where a command takes several.")]
 Fleet = Annotated[Path | None, typer.Option(
     "--fleet", help="Fleet file (YAML): the devices to run on side by side, each with its serial, adb server "
                     "(host, port), profile and label (docs/devices.md).")]

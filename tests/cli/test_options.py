@@ -79,7 +79,7 @@ def test_shared_help_names_no_command() -> None:
     docstring (bench's --seed help once spoke of quantize's windows and draft's training order)."""
     # commands whose names are also nouns of the help texts (the draft model, the portable runtime) by
     # their "NAME:" form only
-    nouns = {"draft", "export", "runtime", "profiles"}
+    nouns = {"draft", "export", "runtime", "profiles", "devices"}
     names = {name.split()[0] for name, _ in _commands(app)}
     for flag, infos in SHARED.items():
         for info in infos:

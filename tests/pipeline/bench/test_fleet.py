@@ -35,6 +35,7 @@ from specdec.pipeline.errors import FLEET_EXIT_BASE, FleetFailure
 from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.fleet import DeviceStatus, read_fleet
 from specdec.pipeline.records.results import BenchResults
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.fleet import FleetEntry
 from specdec.pipeline.settings.profiles import Transport
 
@@ -176,7 +177,7 @@ def test_unusable_device_and_failed_gate(adb_environ: AdbServer, make_standin: A
     ready = make_standin(python=sys.executable, thermal_zones=COOL)
     bare = make_standin(python=None, thermal_zones=COOL)  # no Python, and the runtime forced to the device's
     bench = BenchConfig(output=tmp_path / "out", device=Transport.adb, prompts=prompts_file, limit=1,
-                        max_new_tokens=8, cooldown=False, tune=False, runtime=None,
+                        decode=DecodeOptions(max_new_tokens=8), cooldown=False, tune=False, runtime=None,
                         asserts=("lossless", "speedup>=1000"))
     (tmp_path / "python-only.yaml").write_text("transport: adb\nruntime: {use: device-python}\n")
     fleet = FleetConfig((FleetEntry(serial=ready.serial, label="ready"),
@@ -213,7 +214,7 @@ def test_ctrl_c_stops_and_cleans_every_device(adb_environ: AdbServer, make_stand
     devices = [make_standin(python=sys.executable, thermal_zones=COOL) for _ in range(2)]
     before = [_tree(dev) for dev in devices]
     bench = BenchConfig(output=tmp_path / "out", device=Transport.adb, prompts=prompts_file, limit=2,
-                        max_new_tokens=24, repeats=3, cooldown=False, tune=False)
+                        decode=DecodeOptions(max_new_tokens=24), repeats=3, cooldown=False, tune=False)
     fleet = FleetConfig(tuple(FleetEntry(serial=dev.serial) for dev in devices))
     interrupted: list[str] = []
     replies: list[str] = []

@@ -66,7 +66,7 @@ def test_default_is_the_demo_file() -> None:
     assert config.target == "demo" and config.bench.device.value == "local"
     assert config.output == Path("specdec-out") and config.export.output == Path("specdec-out/01-export")
     assert config.export.target_only and config.export.sources() == {"target": "demo"}
-    assert config.bench.drafter is not None and config.bench.drafter.value == "lookup"
+    assert config.bench.decode.drafter is not None and config.bench.decode.drafter.value == "lookup"
     assert config.quantize.weight_format.value == "w8a8"
     assert config.bench.prompts == demo_config_file().parent / "prompts.jsonl" and config.bench.prompts.is_file()
     assert load_config(None, output=Path("elsewhere")).output == Path("elsewhere")
@@ -87,7 +87,7 @@ def test_draft_lookup_exports_the_target_alone_and_benches_with_lookup(tmp_path:
     path.write_text("target: some/model\ndraft: lookup\nbench: {prompts: chats.jsonl, limit: 2}\n")
     config = load_config(path)
     assert config.export.no_draft and config.export.target_only and config.draft is None
-    assert config.bench.drafter is not None and config.bench.drafter.value == "lookup"
+    assert config.bench.decode.drafter is not None and config.bench.decode.drafter.value == "lookup"
     assert config.bench.prompts == tmp_path / "chats.jsonl"  # relative to the file
     path.write_text("target: some/model\ndraft: lookup\nbench: {drafter: model}\n")
     with pytest.raises(InputError, match="bench.drafter.*model needs a draft model, and `draft: lookup` exports none"):
