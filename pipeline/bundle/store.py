@@ -24,7 +24,7 @@ from specdec import __version__
 from specdec.pipeline.bundle.staging import StagedDirectory
 from specdec.pipeline.engine.manifest import BundleInfo, bundle_info
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, sha256_file
+from specdec.pipeline.graphs.files import SHARED_DATA, describe_io, external_bytes, sha256_file
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -34,10 +34,13 @@ from specdec.pipeline.records.manifest import (
     Manifest,
     TensorSpec,
     TokenizerSpec,
+    io_mismatch,
     read_manifest,
 )
 
 log = logging.getLogger(__name__)
+
+SWAPPED_FIX = "re-create the bundle (were its graph files swapped or replaced?)"
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_SCHEMA", "Bundle", "BundleWriter", "FileEntry", "GraphSpec", "LineageEntry",
            "Manifest", "StagedDirectory", "TensorSpec", "TokenizerSpec", "fingerprint", "input_digests",
@@ -66,6 +69,7 @@ class Bundle:
     def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
+        self._io_checked: set[str] = set()  # roles whose graph file was checked against its entry
 
     @classmethod
     def load(cls, path: str | Path) -> Bundle:
@@ -97,6 +101,12 @@ class Bundle:
         path = self.path / spec.file
         if not path.is_file():
             raise BundleError(f"bundle '{self.path}' is missing '{spec.file}'", "re-create the bundle")
+        if role not in self._io_checked:  # once per graph: a stage about to read it pays one structure parse
+            found = [t.name for t in describe_io(path)[0]]
+            mismatch = io_mismatch(role, spec.file, [t.name for t in spec.inputs], found)
+            if mismatch is not None:
+                raise BundleError(f"bundle '{self.path}': {mismatch}", SWAPPED_FIX)
+            self._io_checked.add(role)
         return path
 
     def runtime_info(self, weight_format: str | None = None) -> BundleInfo:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import copy
 import enum
 import json
+import posixpath
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -398,11 +400,96 @@ class Manifest:
         return json.dumps(dump(self), indent=2) + "\n"
 
 
+def bundle_path_problem(rel: str) -> str | None:
+    """What is wrong with `rel` as a path inside a bundle (None: nothing), by the path policy of
+    docs/bundles.md: relative, in normal form (`a/b`: no `.`, `..`, empty part or backslash), no NUL.
+
+    A bundle is data a user may have received from someone else, so no path it names may direct
+    a read or a write outside its directory. Symlinks are checked against the directory itself
+    (`check_bundle_paths`)."""
+    if not rel:
+        return "is empty"
+    if "\x00" in rel:
+        return "contains a NUL byte"
+    if "\\" in rel:
+        return "contains a backslash (bundle paths use '/')"
+    if rel.startswith("/"):
+        return "is absolute"
+    if ".." in rel.split("/"):
+        return "climbs out of the bundle ('..')"
+    if posixpath.normpath(rel) != rel or rel == ".":
+        return f"is not in normal form (write it '{posixpath.normpath(rel)}')"
+    return None
+
+
+def manifest_paths(manifest: Manifest) -> Iterator[tuple[str, str]]:
+    """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, compiled
+    graphs and weights, and the weight-format variants; `entry` says where in the manifest it is."""
+    for rel in manifest.files:
+        yield f"files['{rel}']", rel
+    yield "tokenizer.dir", manifest.tokenizer.dir
+    specs = [(f"graphs.{role}", spec) for role, spec in manifest.graphs.items()]
+    specs += [(f"variants.{name}.graph", variant.graph) for name, variant in manifest.variants.items()]
+    for where, spec in specs:
+        yield f"{where}.file", spec.file
+    fused = [(f"variants.{name}.fused", v.fused) for name, v in manifest.variants.items() if v.fused is not None]
+    table = manifest.buckets
+    if table is not None:
+        fused += [(f"buckets.fused.{role}", graph) for role, graph in table.fused.items()]
+        for role, variants in table.graphs.items():
+            for index, variant in enumerate(variants):
+                yield f"buckets.graphs.{role}.{index}.file", variant.file
+                if variant.ort_file is not None:
+                    yield f"buckets.graphs.{role}.{index}.ort_file", variant.ort_file
+        for role, data in table.weights.items():
+            yield f"buckets.weights.{role}", data
+    for where, graph in fused:
+        yield f"{where}.file", graph.file
+        if graph.ort_file is not None:
+            yield f"{where}.ort_file", graph.ort_file
+
+
+def io_mismatch(role: str, file: str, expected_inputs: Iterable[str], inputs: Iterable[str]) -> str | None:
+    """How a graph file's input names differ from its manifest entry's (None: they do not, or the entry
+    lists none), so a graph swapped with another (the target's file under the draft's entry) is named
+    before it runs. The caller raises BundleError with it, whatever else it adds."""
+    expected, found = set(expected_inputs), set(inputs)
+    if not expected or expected == found:
+        return None
+    missing, extra = sorted(expected - found), sorted(found - expected)
+    parts = [f"lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}" if missing else "",
+             f"has {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}" if extra else ""]
+    return (f"'{file}' is not the graph the manifest's {role} entry describes: it "
+            f"{' and '.join(p for p in parts if p)}")
+
+
+def check_bundle_paths(root: Path, manifest: Manifest) -> None:
+    """Every path of the manifest obeys the path policy (`bundle_path_problem`) and, where it exists,
+    resolves inside `root` (a symlink inside the bundle may point elsewhere inside it, never out).
+
+    BundleError (exit 3) naming the entry otherwise, before any file is opened."""
+    base = root.resolve()
+    for where, rel in manifest_paths(manifest):
+        problem = bundle_path_problem(rel)
+        if problem is None:
+            try:
+                inside = (base / rel).resolve().is_relative_to(base)
+            except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+                problem = f"cannot be resolved ({getattr(exc, 'strerror', None) or exc})"
+            else:
+                problem = None if inside else "leads outside the bundle through a symlink"
+        if problem is not None:
+            raise BundleError(f"bundle '{root}': manifest entry {where} '{rel}' {problem}",
+                              "a bundle's paths are relative and inside it: re-create the bundle with specdec, "
+                              "and do not run bundles you cannot trust")
+
+
 def read_manifest(root: str | Path) -> Manifest:
     """The bundle's manifest, validated; BundleError naming the problem and the fix otherwise.
 
     Reads only: `Bundle.load` then checks every file's sha256, and the device runtime trusts
-    a copy the host verified before pushing it.
+    a copy the host verified before pushing it. The paths it names are checked here, once for
+    every reader (`check_bundle_paths`), so no entry can direct a read or a write out of the bundle.
     """
     root = Path(root)
     if not root.is_dir():
@@ -412,13 +499,22 @@ def read_manifest(root: str | Path) -> Manifest:
     if not path.is_file():
         raise BundleError(f"'{root}' has no {MANIFEST_NAME}, so it is not a specdec bundle",
                           "create one with `specdec export TARGET --draft DRAFT -o DIR`")
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise BundleError(f"{path} is a symlink that leads outside the bundle",
+                          "copy the manifest into the bundle, or re-create the bundle")
     try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path} is not valid JSON ({exc})", "re-create the bundle") from None
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise BundleError(f"{path} is not valid JSON ({reason})", "re-create the bundle") from None
+    except OSError as exc:
+        raise BundleError(f"{path} cannot be read ({exc.strerror or exc})", "check its permissions") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if not isinstance(version, int) or isinstance(version, bool):
         raise BundleError(f"{path} has no schema_version", "re-create the bundle")
+    if version < 1:
+        raise BundleError(f"{path} has schema_version {version}; versions start at 1",
+                          "re-create the bundle with `specdec export`")
     if version > MANIFEST_SCHEMA:
         raise BundleError(f"bundle '{root}' was written by a newer specdec (schema {version}, this one reads "
                           f"{MANIFEST_SCHEMA})", "upgrade specdec to read it")
@@ -426,4 +522,5 @@ def read_manifest(root: str | Path) -> Manifest:
         manifest: Manifest = parse(Manifest, raw)
     except RecordError as exc:
         raise BundleError(f"{path} is invalid: {exc}", "re-create the bundle") from None
+    check_bundle_paths(root, manifest)
     return manifest
