@@ -1,35 +1,47 @@
 """The one place that opens outputs: every directory and file a command writes goes through here.
 
-The rules, checked before any long work starts (`check_output_dir`, `check_output_file`):
+The output policy (docs/bundles.md), checked before any long work starts (`check_output_dir`,
+`check_output_file`):
 
-- an output never overlaps an input (inputs are never modified);
+- an output never equals, contains or lies inside an input (a bundle, a checkpoint, a prompts,
+  calibration or baseline file): inputs are never modified;
 - an existing output is replaced only with `--force`, and `--force` replaces only what specdec
-  wrote: a bundle (its manifest lists every file) or a bench results directory. A directory that
-  holds anything else is refused with the names of what is there, never deleted;
+  wrote: a bundle (its manifest lists every file), a bench results directory, a `specdec draft`
+  checkpoint or a `generate` replies file. Anything else is refused with the names of what is
+  there, never deleted;
 - the place must be writable: a probe directory is created (and removed) in the nearest existing
   ancestor, so a read-only filesystem, a missing permission, a full disk or a path through a file
-  is a one-line `InputError` (exit 2) naming the path, not a traceback after the work.
+  is a one-line `InputError` (exit 2) naming the path, not a traceback after the work;
+- one writer at a time: while an output is staged, an exclusive lock (`.NAME.lock` next to it,
+  `hold_output`) makes a second specdec process writing the same output fail at once (exit 2).
 
 Output is built under a hidden temporary name next to the destination and renamed into place on
-`commit` (`StagedDirectory`, `StagedFile`): a failure or Ctrl-C leaves nothing half-written, and
-directories created on the way to the output are removed again if nothing was committed.
+`commit` (`StagedDirectory`, `StagedFile`): a failure, Ctrl-C, SIGTERM or SIGHUP leaves nothing
+half-written, directories created on the way to the output are removed again if nothing was
+committed, and the hidden leftovers of a writer that was killed outright (SIGKILL, a power cut) are
+swept the next time the output is staged.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
+import logging
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.records.manifest import MANIFEST_NAME, read_manifest
+
+log = logging.getLogger(__name__)
 
 RESULTS_FILE = "results.json"
 # What `specdec bench` writes into its results directory (plots are `*.png`).
@@ -43,11 +55,13 @@ _WRITE_ERRORS: dict[int, tuple[str, str]] = {
     errno.EPERM: ("is not writable (operation not permitted)", "choose {flag} you can write to"),
     errno.ENOSPC: ("cannot be written: no space left on the device", "free space or choose {flag} on another disk"),
     errno.EDQUOT: ("cannot be written: disk quota exceeded", "free space or choose {flag} on another disk"),
+    errno.EFBIG: ("cannot be written: a file would exceed the size limit (ulimit -f, or the filesystem's)",
+                  "raise the limit (ulimit -f unlimited) or choose {flag} on another filesystem"),
     errno.ENOTDIR: ("cannot be created: a part of its path is a file", "choose another {flag}"),
     errno.ENAMETOOLONG: ("has a name that is too long", "choose a shorter {flag}"),
 }
 # Errors that only a write raises: whatever path they name, they are about the output.
-_WRITE_ONLY = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+_WRITE_ONLY = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def write_error(exc: OSError, path: Path | str, key: str = "output") -> InputError:
@@ -110,6 +124,24 @@ OWNED: dict[str, Callable[[Path], set[str] | None]] = {
     "specdec draft": _draft_files,
 }
 
+REPLY_KEYS = frozenset({"id", "output_ids", "stats"})  # what every line of `generate -o` holds (generate/stage.py)
+
+
+def _replies_file(path: Path) -> bool:
+    """`specdec generate --prompts P -o R.jsonl`'s replies: one JSON object per line, each a reply."""
+    try:
+        with path.open("rb") as handle:
+            lines = [line for line in handle.read().decode("utf-8").splitlines() if line.strip()]
+        return all(isinstance(r := json.loads(line), dict) and r.keys() >= REPLY_KEYS for line in lines)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+
+
+# kind -> whether a file is of that kind: the single files --force may replace
+OWNED_FILES: dict[str, Callable[[Path], bool]] = {
+    "generate replies file": _replies_file,
+}
+
 
 def _listing(names: list[str], limit: int = 4) -> str:
     shown = ", ".join(names[:limit])
@@ -148,20 +180,34 @@ def probe_writable(directory: Path, out: Path, key: str = "output") -> None:
         raise write_error(exc, out, key) from None
 
 
-def _check_overlap(out: Path, sources: tuple[Path, ...]) -> None:
+def _same(a: Path, b: Path) -> bool:
+    """One file or directory under two names (a symlink, a hard link)?"""
+    try:
+        return a.samefile(b)
+    except (OSError, ValueError):
+        return False
+
+
+def check_inputs(out: Path, sources: tuple[Path | None, ...], key: str = "output") -> None:
+    """The output may not equal, contain or lie inside any input (inputs are never modified)."""
     resolved = out.resolve()
-    for source in sources:
+    for source in (s for s in sources if s is not None):
         src = source.resolve()
-        if resolved == src or src in resolved.parents or resolved in src.parents:
-            raise InputError(
-                f"output '{out}' overlaps the input '{source}'",
-                "choose an output directory outside the input (inputs are never modified)",
-            )
+        if resolved == src or _same(out, source):
+            how = "is the input"
+        elif src in resolved.parents:
+            how = "lies inside the input"
+        elif resolved in src.parents:
+            how = "contains the input"
+        else:
+            continue
+        raise InputError(f"output '{out}' {how} '{source}'",
+                         f"choose {setting(key)} outside every input (inputs are never modified)")
 
 
-def check_output_dir(out: Path, *, force: bool, sources: tuple[Path, ...] = (), key: str = "output") -> None:
+def check_output_dir(out: Path, *, force: bool, sources: tuple[Path | None, ...] = (), key: str = "output") -> None:
     """Refuse an output directory that would clobber something or cannot be written, before any work."""
-    _check_overlap(out, sources)
+    check_inputs(out, sources, key)
     flag = setting(key)
     if out.exists() or out.is_symlink():
         if not out.is_dir():
@@ -177,13 +223,21 @@ def check_output_dir(out: Path, *, force: bool, sources: tuple[Path, ...] = (), 
     probe_writable(out.parent, out, key)
 
 
-def check_output_file(out: Path, *, force: bool, key: str = "output") -> None:
-    """The same rules for a single output file (`generate -o replies.jsonl`)."""
+def check_output_file(out: Path, *, force: bool, sources: tuple[Path | None, ...] = (), key: str = "output") -> None:
+    """The same rules for a single output file (`generate -o replies.jsonl`): --force replaces a file
+    of a kind specdec writes (`OWNED_FILES`), or an empty one, nothing else."""
     flag = setting(key)
+    check_inputs(out, sources, key)
     if out.is_dir():
         raise InputError(f"output '{out}' is a directory", f"pass a file name as {flag}")
-    if out.exists() and not force:
-        raise InputError(f"output '{out}' already exists", f"pass --force to replace it, or choose another {flag}")
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise InputError(f"output '{out}' already exists", f"pass --force to replace it, or choose another {flag}")
+        if not out.is_file():
+            raise InputError(f"output '{out}' is not a regular file", f"choose another {flag}")
+        if out.stat().st_size and not any(recognise(out) for recognise in OWNED_FILES.values()):
+            raise InputError(f"output '{out}' is not a file specdec wrote (not a {' or '.join(OWNED_FILES)})",
+                             f"--force replaces only what specdec wrote: move it away or choose another {flag}")
     probe_writable(out.parent, out, key)
 
 
@@ -198,10 +252,127 @@ def writable_directory(directory: Path, key: str) -> Path:
     return directory
 
 
+# ---- one writer at a time ----------------------------------------------------------------------
+
+def lock_path(out: Path) -> Path:
+    return out.parent / f".{out.name}.lock"
+
+
+class _OutputLock:
+    """An exclusive flock on `.NAME.lock` next to the output, holding the writer's pid (for the error
+    another writer gets). The OS drops the lock when the process dies however it dies, so a stale
+    lock file never blocks anyone: only a live writer does."""
+
+    def __init__(self, out: Path, key: str) -> None:
+        self.out = out
+        self.key = key
+        self.path = lock_path(out)
+        self.fd = self._acquire()
+
+    def _acquire(self) -> int:
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise write_error(exc, self.out, self.key) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode(errors="replace").strip()
+                os.close(fd)
+                pid = f" (pid {holder})" if holder.isdigit() else ""
+                raise InputError(f"output '{self.out}' is being written by another specdec process{pid}",
+                                 f"wait for it to finish, or choose another {setting(self.key)}") from None
+            except OSError as exc:
+                os.close(fd)
+                raise write_error(exc, self.out, self.key) from None
+            # The previous holder removes the file when it lets go: a lock on a removed file guards nothing,
+            # so lock whatever file is at the path now.
+            try:
+                if os.path.samestat(os.fstat(fd), self.path.stat()):
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        return fd
+
+    def release(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        os.close(self.fd)
+
+
+_HELD: dict[Path, tuple[_OutputLock, int]] = {}  # this process's locks, by output, with their holders' count
+
+
+@contextlib.contextmanager
+def hold_output(out: Path, key: str = "output") -> Iterator[None]:
+    """Hold the output's lock for the block (re-entrant within one process: a stage that stages its
+    output inside a longer run holding it). Parent directories made for the lock file go again."""
+    name = out.absolute()
+    made: list[Path] = []
+    if name not in _HELD:
+        missing = [p for p in (name.parent, *name.parent.parents) if not p.exists()]
+        try:
+            for parent in reversed(missing):
+                parent.mkdir()
+                made.insert(0, parent)
+            _HELD[name] = (_OutputLock(out, key), 0)
+        except OSError as exc:
+            _remove_empty(made)
+            raise write_error(exc, out, key) from None
+        except BaseException:
+            _remove_empty(made)
+            raise
+    lock, count = _HELD[name]
+    _HELD[name] = (lock, count + 1)
+    try:
+        yield
+    finally:
+        lock, count = _HELD.pop(name)
+        if count > 1:
+            _HELD[name] = (lock, count - 1)
+        else:
+            lock.release()
+        _remove_empty(made)
+
+
+def _remove_empty(directories: list[Path]) -> None:
+    for directory in directories:  # deepest first
+        with contextlib.suppress(OSError):
+            directory.rmdir()
+
+
+def release_outputs() -> None:
+    """Let go of every lock this process holds (the CLI calls it when a command ends, however it ends)."""
+    while _HELD:
+        _HELD.popitem()[1][0].release()
+
+
+def sweep_leftovers(out: Path) -> list[Path]:
+    """Remove the hidden leftovers of an earlier writer of `out` that was killed before it could clean
+    up (`.NAME.XXXXXXXX.partial`, `.NAME.old-PID`); call it holding the output's lock, so no live writer
+    owns them. Only names of exactly this shape are touched."""
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.(?:[a-z0-9_]{{8}}\.partial|old-\d+)")
+    swept: list[Path] = []
+    with contextlib.suppress(OSError):
+        for entry in out.parent.iterdir():
+            if pattern.fullmatch(entry.name):
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                swept.append(entry)
+    return swept
+
+
 # ---- staging -----------------------------------------------------------------------------------
 
 class _Staged:
-    """Shared by StagedDirectory and StagedFile: parents made on the way, OS errors as one line."""
+    """Shared by StagedDirectory and StagedFile: parents made on the way, the output's lock, stale
+    leftovers swept, OS errors as one line."""
 
     def __init__(self, out: str | Path, key: str) -> None:
         self.out = Path(out)
@@ -209,6 +380,24 @@ class _Staged:
         self._made: list[Path] = []  # parent directories this output created, deepest first
         self._done = False
         self._tmp: Path | None = None
+        self._lock = contextlib.ExitStack()
+
+    def _check(self) -> None:
+        raise NotImplementedError
+
+    def _open(self) -> None:
+        """Parents, then the lock (a second writer fails here, at once), then the checks again under the
+        lock (another writer may have committed since), then the leftovers of a killed writer go."""
+        self._make_parents()
+        try:
+            self._lock.enter_context(hold_output(self.out, self.key))
+            self._check()
+        except BaseException:
+            self._lock.close()
+            self._remove_parents()
+            raise
+        for stale in sweep_leftovers(self.out):
+            log.info("removed %s, left by an earlier run that was killed", stale)
 
     def _make_parents(self) -> None:
         missing = [p for p in (self.out.parent.absolute(), *self.out.parent.absolute().parents) if not p.exists()]
@@ -233,6 +422,8 @@ class _Staged:
                  tb: TracebackType | None) -> None:
         if not self._done:
             self._cleanup()
+        self._lock.close()
+        if not self._done:
             self._remove_parents()
         if exc is not None and self._tmp is not None and is_write_error(exc, self._tmp, self.out):
             assert isinstance(exc, OSError)
@@ -246,17 +437,22 @@ class StagedDirectory(_Staged):
     an existing output is replaced only once the new one is complete.
     """
 
-    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path, ...] = (),
+    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path | None, ...] = (),
                  key: str = "output") -> None:
         super().__init__(out, key)
         self.force = force
-        check_output_dir(self.out, force=force, sources=sources, key=key)
+        self.sources = sources
+        self._check()
+
+    def _check(self) -> None:
+        check_output_dir(self.out, force=self.force, sources=self.sources, key=self.key)
 
     def __enter__(self) -> Self:
-        self._make_parents()
+        self._open()
         try:
             self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".partial", dir=self.out.parent))
         except OSError as exc:
+            self._lock.close()
             self._remove_parents()
             raise write_error(exc, self.out, self.key) from None
         return self
@@ -291,20 +487,27 @@ class StagedDirectory(_Staged):
 class StagedFile(_Staged):
     """A text file written under a hidden temporary name and renamed into place on `commit`."""
 
-    def __init__(self, out: str | Path, *, force: bool = False, key: str = "output") -> None:
+    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path | None, ...] = (),
+                 key: str = "output") -> None:
         super().__init__(out, key)
-        check_output_file(self.out, force=force, key=key)
+        self.force = force
+        self.sources = sources
+        self._check()
         self._handle: IO[str] | None = None
 
+    def _check(self) -> None:
+        check_output_file(self.out, force=self.force, sources=self.sources, key=self.key)
+
     def __enter__(self) -> Self:
-        self._make_parents()
+        self._open()
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{self.out.name}.", suffix=".partial", dir=self.out.parent)
         except OSError as exc:
+            self._lock.close()
             self._remove_parents()
             raise write_error(exc, self.out, self.key) from None
         self._tmp = Path(tmp)
-        self._handle = os.fdopen(fd, "w")
+        self._handle = os.fdopen(fd, "w", encoding="utf-8")
         return self
 
     def write(self, text: str) -> None:

@@ -94,7 +94,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
         log.warning("%s", warning)
     for note in settings.notes:
         log.info("%s", note)  # the CLI prints the report's notes
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+    with BundleWriter(config.output, force=config.force, sources=(source.path, config.kv_calib)) as writer:
         writer.copy_from(source)
         FLAVOURS[settings.flavour](source, manifest, writer.dir, settings, progress)
         report = manifest.reports.setdefault("compile", {})

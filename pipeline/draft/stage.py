@@ -24,7 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
+from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir, hold_output
 from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
@@ -174,7 +174,8 @@ def make_draft(config: DraftConfig, progress: Progress | None = None,
     threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
     try:
-        return _make_draft(config, progress, step_cost)
+        with hold_output(config.output):  # one writer of the output for the whole run, not only its last step
+            return _make_draft(config, progress, step_cost)
     finally:
         torch.set_num_threads(threads)  # config.threads is this run's, not the process's
         if bars:
@@ -218,7 +219,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
     progress = progress or SilentProgress()
     started = time.time()
     target_dir = resolve_target(config.target)
-    check_output_dir(config.output, force=config.force, sources=(target_dir,))
+    check_output_dir(config.output, force=config.force, sources=(target_dir, config.calib))
     if config.calib is not None and not config.calib.is_file():
         raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
     fingerprint = _fingerprint(target_dir, config)
@@ -332,7 +333,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         "minutes": (time.time() - started) / 60,
         "budget": _budget_report(planned, phases, config.budget_minutes),
     }
-    with StagedDirectory(config.output, force=config.force, sources=(target_dir,)) as staged:
+    with StagedDirectory(config.output, force=config.force, sources=(target_dir, config.calib)) as staged:
         saved.save_pretrained(str(staged.dir))
         tokenizer.save_pretrained(str(staged.dir))
         if (target_dir / "generation_config.json").is_file():

@@ -274,7 +274,8 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     if missing:
         raise InputError(f"bundle '{source.path}' has no {' or '.join(missing)} graph to quantize",
                          f"pass {setting('graphs')} {','.join(manifest.graphs)} (or leave it out: every graph)")
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+    with BundleWriter(config.output, force=config.force,
+                      sources=(source.path, config.calib, config.eval_file)) as writer:
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
         _, format_name, domain = FORMATS[config.weight_format]

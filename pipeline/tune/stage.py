@@ -88,7 +88,7 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
     codec = TextCodec(source.tokenizer_dir)
     prompts = _calibration(config, codec)
     # The output is checked (writable, not clobbered) and staged before any device work.
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+    with BundleWriter(config.output, force=config.force, sources=(source.path, config.calib)) as writer:
         prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
                                   adb_port=config.adb_port, python=config.python, runtime=config.runtime,
                                   threads=config.threads, progress=progress)
