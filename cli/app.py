@@ -20,7 +20,7 @@ from specdec.cli import (
     surgery_cmd,
     tune_cmd,
 )
-from specdec.cli.console import guarded, out, refresh_width, setup_logging
+from specdec.cli.console import guarded, ignore_stop_signals, out, refresh_width, setup_logging, tolerant_streams
 
 app = typer.Typer(
     name="specdec",
@@ -44,6 +44,7 @@ def root(
 ) -> None:
     """specdec: target + draft LLM -> ONNX -> INT4 -> mobile graphs -> measured speculative decoding."""
     refresh_width()
+    tolerant_streams()
     setup_logging(verbose)
 
 
@@ -77,4 +78,7 @@ app.add_typer(runtime_cmd.app, name="runtime",
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        ignore_stop_signals()
