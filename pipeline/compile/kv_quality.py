@@ -35,14 +35,10 @@ MIN_TOKENS = 32
 
 
 def calibration_tokens(tokenizer_dir: Path, path: Path | None) -> list[int]:
-    from specdec.pipeline.inputs.text import TextCodec
+    from specdec.pipeline.inputs.text import TextCodec, read_text_file
 
     source = path or DEFAULT_TEXT
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the KV calibration text '{source}': {exc}",
-                         f"pass a UTF-8 text file as {setting('kv_calib')}") from exc
+    text = read_text_file(source, f"{setting('kv_calib')} file")
     tokens = TextCodec(tokenizer_dir).encode(text)
     if len(tokens) < MIN_TOKENS:
         raise InputError(f"the KV calibration text '{source}' has {len(tokens)} tokens",

@@ -7,14 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.inputs.text import read_text_file
 
 
 def read_tokens(path: Path, tokenizer: Any, vocab_size: int, key: str = "calib") -> list[int]:
     name = setting(key)
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"{name} file '{path}' cannot be read ({exc.strerror})", "pass a text or JSONL file") from None
+    text = read_text_file(path, f"{name} file")
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise InputError(f"{name} file '{path}' is empty", "pass a file with text to distil on")
