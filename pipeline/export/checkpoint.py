@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from importlib import resources
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.errors import InputError, UnsupportedModelError
-from specdec.pipeline.export.architectures import Architecture, lookup
+from specdec.pipeline.export.architectures import Architecture, lookup, supported
 from specdec.pipeline.graphs.files import sha256_file
 
 log = logging.getLogger(__name__)
@@ -17,6 +18,8 @@ log = logging.getLogger(__name__)
 DEMO_NAME = "demo"
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 _CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+# Files a tokenizer is loaded from (one suffices): fast, slow (SentencePiece, BPE vocab) tokenizers.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
 def demo_dir(role: str) -> Path:
@@ -36,6 +39,9 @@ def resolve(spec: str, role: str) -> str:
         return str(demo_dir(role))
     path = Path(spec).expanduser()
     if path.exists():
+        if path.is_file() and path.suffix.lower() == ".gguf":
+            raise InputError(f"{role} '{spec}' is a GGUF file; export reads Hugging Face checkpoint directories",
+                             "pass the directory of the Hugging Face checkpoint (config.json, *.safetensors)")
         if not path.is_dir():
             raise InputError(f"{role} '{spec}' is a file, not a checkpoint directory", "pass the directory")
         if not (path / "config.json").is_file():
@@ -79,9 +85,24 @@ def _from_pretrained(loader: Any, source: str, role: str, **kwargs: Any) -> Any:
         ) from exc
 
 
+def _declared_model_type(source: str) -> str | None:
+    """The `model_type` a local checkpoint's config.json declares (None: a hub id, or none declared)."""
+    try:
+        declared = json.loads((Path(source) / "config.json").read_bytes()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None  # transformers' own loader says what is wrong with the file
+    return declared if isinstance(declared, str) else None
+
+
 def load_config(source: str, role: str) -> tuple[Any, Architecture]:
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    model_type = _declared_model_type(source)
+    if model_type is not None and model_type not in CONFIG_MAPPING:
+        # transformers cannot even read the config: an unsupported model (exit 4), not a bad path
+        raise UnsupportedModelError(f"{role} '{source}' is a '{model_type}' model, which neither transformers nor "
+                                    "specdec knows", f"export a supported architecture ({', '.join(supported())})")
     config = _from_pretrained(AutoConfig, source, role)
     architecture = lookup(getattr(config, "model_type", "unknown"))
     declared = list(getattr(config, "architectures", None) or [])
@@ -96,6 +117,10 @@ def load_config(source: str, role: str) -> tuple[Any, Architecture]:
 def load_tokenizer(source: str, role: str) -> Any:
     from transformers import AutoTokenizer
 
+    path = Path(source)
+    if path.is_dir() and not any((path / name).is_file() for name in _TOKENIZER_FILES):
+        raise InputError(f"{role} '{source}' has no tokenizer files ({', '.join(_TOKENIZER_FILES[:2])})",
+                         "copy the model's tokenizer files (tokenizer.json, tokenizer_config.json) into the directory")
     tokenizer = _from_pretrained(AutoTokenizer, source, role)
     if not getattr(tokenizer, "is_fast", False):
         raise InputError(
@@ -105,20 +130,59 @@ def load_tokenizer(source: str, role: str) -> Any:
     return tokenizer
 
 
+def check_weight_files(source: str, role: str) -> None:
+    """Every safetensors file of a local checkpoint is whole: its header is read (not its tensors), and
+    safetensors checks that the header's tensors cover the file exactly. A truncated download is named
+    here, before any weight is read."""
+    from safetensors import safe_open
+
+    path = Path(source)
+    for file in sorted(path.glob("*.safetensors")) if path.is_dir() else []:
+        try:
+            with safe_open(str(file), "pt"):
+                pass
+        except Exception as exc:  # safetensors' SafetensorError derives from Exception only
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise InputError(f"{role} weight file '{file}' is damaged or incomplete ({reason})",
+                             "download or copy the file again") from None
+
+
 def load_model(source: str, role: str, config: Any, dtype: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
+    check_weight_files(source, role)
     config._attn_implementation = "eager"  # the tree mask is an additive float mask (docs/design.md §2)
-    model = _from_pretrained(
-        AutoModelForCausalLM,
-        source,
-        role,
-        config=config,
-        dtype=getattr(torch, dtype),
-        attn_implementation="eager",
-    )
+    try:
+        model, loading = _from_pretrained(
+            AutoModelForCausalLM,
+            source,
+            role,
+            config=config,
+            dtype=getattr(torch, dtype),
+            attn_implementation="eager",
+            output_loading_info=True,
+        )
+    except RuntimeError as exc:  # torch reading a damaged .bin, a tensor whose shape is not the config's
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise InputError(f"cannot read the weights of {role} '{source}': {reason}",
+                         "check that config.json and the weight files belong to one model") from None
+    _check_coverage(source, role, loading)
     return model.eval()
+
+
+def _check_coverage(source: str, role: str, loading: dict[str, Any]) -> None:
+    """The weights cover the config exactly: transformers fills a tensor the files lack with random values
+    (and drops one the config has no place for) with a log line only, which would export a wrong model."""
+    problems = [(what, sorted(loading.get(key) or [])) for key, what in
+                (("missing_keys", "missing from the weights"), ("unexpected_keys", "not in the config"),
+                 ("mismatched_keys", "of another shape than the config's"))]
+    found = [f"{len(keys)} tensors {what} ({', '.join(str(k) for k in keys[:3])}{', ...' if len(keys) > 3 else ''})"
+             for what, keys in problems if keys]
+    if found:
+        files = ", ".join(sorted(p.name for pattern in _WEIGHT_PATTERNS for p in Path(source).glob(pattern)))
+        raise InputError(f"the weights of {role} '{source}' ({files or 'weight files'}) do not match its config.json: "
+                         f"{'; '.join(found)}", "use the config.json that came with these weights")
 
 
 def generation_eos(source: str) -> Any:
