@@ -20,7 +20,13 @@ from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import BanPolicy, DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.settings.profiles import DeviceProfile, ScenarioProfile
-from specdec.pipeline.settings.resolve import ResolvedSettings, controller_spec, options_from, run_settings
+from specdec.pipeline.settings.resolve import (
+    ResolvedSettings,
+    controller_spec,
+    options_from,
+    run_settings,
+    run_threads,
+)
 
 
 @dataclass(frozen=True)
@@ -113,7 +119,7 @@ class Generator:
 
 
 def local_threads(threads: int | None, profile: DeviceProfile) -> int:
-    return profile.runtime.threads if threads is None else threads
+    return run_threads(threads, profile)
 
 
 def local_device_key(threads: int) -> str:

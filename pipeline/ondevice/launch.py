@@ -29,6 +29,7 @@ from specdec.pipeline.portable.remote import RemoteRuntime, ensure_runtime
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.settings.profiles import DeviceProfile, RuntimeKind, Transport
+from specdec.pipeline.settings.resolve import run_threads
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +156,11 @@ def prepare_device(transport: Transport, profile: DeviceProfile, *, serial: str 
                    progress: Progress | None = None) -> PreparedDevice:
     """Open the device, choose what runs the runner there (its own Python or the portable runtime pushed
     once) and probe it: what `bench` and `tune` both do before any device work."""
+    threads = run_threads(threads, profile)
     device = open_device(transport, profile=profile, serial=serial, adb_host=adb_host, adb_port=adb_port)
     python = python or (sys.executable if transport is Transport.local else profile.runtime.python)
     launch = select_launch(runtime or profile.runtime.use, python=python, cpu_mask=profile.runtime.cpu_mask,
                            progress=progress)
     info = launch.prepare(device)
-    threads = profile.runtime.threads if threads is None else threads
     return PreparedDevice(device, python, launch, info, threads,
                           device_key(transport.value, info.model, info.abi, threads))

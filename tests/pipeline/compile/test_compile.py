@@ -213,7 +213,7 @@ def test_schema_2_bundles_run_on_one_context_bucket(bundles, tmp_path: Path) -> 
 
 def test_context_limits(bundles) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundles["compiled"].path)
-    with pytest.raises(GenerationError, match="context is 96"):
+    with pytest.raises(InputError, match="context is 96"):
         engine.generate([5] * 100, DecodeConfig())
     reply = engine.generate([5] * 80, DecodeConfig(max_new_tokens=50))
     assert reply.stop_reason == "max_context"
