@@ -24,7 +24,7 @@ from specdec import __version__
 from specdec.pipeline.bundle.staging import StagedDirectory
 from specdec.pipeline.engine.manifest import BundleInfo, bundle_info
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graphs.files import SHARED_DATA, describe_io, external_bytes, sha256_file
+from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, external_locations, load_graph, sha256_file
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -102,12 +102,20 @@ class Bundle:
         if not path.is_file():
             raise BundleError(f"bundle '{self.path}' is missing '{spec.file}'", "re-create the bundle")
         if role not in self._io_checked:  # once per graph: a stage about to read it pays one structure parse
-            found = [t.name for t in describe_io(path)[0]]
+            model = load_graph(path, weights=False)  # BundleError if it is no ONNX graph
+            found = [value.name for value in model.graph.input]
             mismatch = io_mismatch(role, spec.file, [t.name for t in spec.inputs], found)
             if mismatch is not None:
                 raise BundleError(f"bundle '{self.path}': {mismatch}", SWAPPED_FIX)
+            external_locations(model, path)  # BundleError if its external data would leave the bundle
             self._io_checked.add(role)
         return path
+
+    def check_graphs(self) -> None:
+        """Every graph file is an ONNX graph with the inputs its manifest entry lists (`graph_path`): what a
+        stage that reads the graphs checks before any work, so a replaced or swapped file fails at once."""
+        for role in self.manifest.graphs:
+            self.graph_path(role)
 
     def runtime_info(self, weight_format: str | None = None) -> BundleInfo:
         """What the decoding engine reads from this (verified) bundle, its target in `weight_format`

@@ -84,6 +84,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     progress = progress or SilentProgress()
     if source.manifest.buckets:
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
+    source.check_graphs()
     manifest = source.manifest.copy()
     settings = compile_settings(config, manifest)
     if manifest.variants and settings.flavour is not GraphFlavour.cpu:

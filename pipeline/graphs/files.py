@@ -161,7 +161,11 @@ def external_files(path: Path) -> list[str]:
     """The external data files a saved graph refers to (locations relative to its directory), each
     inside the graph's directory by the bundle path policy (records.manifest.bundle_path_problem):
     callers copy them, so a location may direct no read or write out of the bundle."""
-    model = load_graph(path, weights=False)
+    return external_locations(load_graph(path, weights=False), path)
+
+
+def external_locations(model: onnx.ModelProto, path: Path) -> list[str]:
+    """`external_files` of a graph already loaded from `path` (structure only will do)."""
     found: list[str] = []
     tensors = [*model.graph.initializer,
                *(a.t for node in model.graph.node for a in node.attribute if a.HasField("t"))]

@@ -264,6 +264,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
 
     progress = progress or SilentProgress()
     _check_bundle(source)
+    source.check_graphs()
     manifest = source.manifest.copy()
     context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
     if config.calib_seq_len > context:

@@ -419,6 +419,8 @@ def bundle_path_problem(rel: str) -> str | None:
         return "climbs out of the bundle ('..')"
     if posixpath.normpath(rel) != rel or rel == ".":
         return f"is not in normal form (write it '{posixpath.normpath(rel)}')"
+    if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in rel.split("/")):
+        return "has a name longer than a file system allows (255 bytes)"
     return None
 
 
@@ -426,7 +428,7 @@ def manifest_paths(manifest: Manifest) -> Iterator[tuple[str, str]]:
     """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, compiled
     graphs and weights, and the weight-format variants; `entry` says where in the manifest it is."""
     for rel in manifest.files:
-        yield f"files['{rel}']", rel
+        yield "files", rel
     yield "tokenizer.dir", manifest.tokenizer.dir
     specs = [(f"graphs.{role}", spec) for role, spec in manifest.graphs.items()]
     specs += [(f"variants.{name}.graph", variant.graph) for name, variant in manifest.variants.items()]
