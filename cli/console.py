@@ -27,7 +27,7 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgressBar
 
-from specdec.pipeline.bundle.staging import is_write_error, release_outputs, write_error
+from specdec.pipeline.bundle.staging import is_write_error, release_outputs, stray_write_error, written_path
 from specdec.pipeline.errors import InputError, Interrupted, SpecdecError
 
 out = Console()
@@ -141,9 +141,8 @@ def _as_specdec_error(exc: BaseException) -> SpecdecError | None:
     if isinstance(exc, MemoryError):  # numpy, or onnxruntime's std::bad_alloc as pybind11 maps it
         return SpecdecError("out of memory", "free memory (other processes), or ask for less: quantize "
                             "--calib-samples/--calib-seq-len, compile fewer buckets, bench fewer --threads")
-    if isinstance(exc, OSError) and is_write_error(exc) and exc.filename is not None:
-        # a copy names its source first and the file it was writing second
-        return write_error(exc, os.fsdecode(exc.filename2 if exc.filename2 is not None else exc.filename))
+    if isinstance(exc, OSError) and is_write_error(exc) and (name := written_path(exc)) is not None:
+        return stray_write_error(exc, name)
     if isinstance(exc, OSError) and is_write_error(exc):
         return InputError(f"cannot write: {exc.strerror}", "free space or choose a writable output")
     return None

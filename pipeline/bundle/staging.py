@@ -71,15 +71,30 @@ def write_error(exc: OSError, path: Path | str, key: str = "output") -> InputErr
     return InputError(f"output '{path}' {problem}", fix.format(flag=setting(key)))
 
 
+def stray_write_error(exc: OSError, path: str) -> InputError:
+    """`write_error` for a write no staged output made (the CLI's mapper): a file in the temporary directory
+    (a bench payload, a calibration probe) is named as one, its fix another TMPDIR."""
+    if Path(tempfile.gettempdir()).absolute() not in Path(path).absolute().parents:
+        return write_error(exc, path)
+    problem, fix = _WRITE_ERRORS[exc.errno or 0]
+    return InputError(f"temporary file '{path}' {problem}", fix.format(flag="TMPDIR"))
+
+
+def written_path(exc: OSError) -> str | None:
+    """The file an OSError is about: a copy names its source first and the file it was writing second."""
+    name = exc.filename2 if exc.filename2 is not None else exc.filename
+    return None if name is None else os.fsdecode(name)
+
+
 def is_write_error(exc: BaseException, *paths: Path) -> bool:
-    """Whether `exc` is an OSError about writing one of `paths` (or below them), or a write-only error."""
-    if not isinstance(exc, OSError) or exc.errno is None:
+    """Whether `exc` is an OSError about writing one of `paths` (or below them), or, naming no file or
+    with no `paths` given, a write-only error (a full disk, a file-size limit)."""
+    if not isinstance(exc, OSError) or exc.errno is None or exc.errno not in _WRITE_ERRORS:
         return False
-    if exc.errno in _WRITE_ONLY:
-        return True
-    if exc.errno not in _WRITE_ERRORS or exc.filename is None:
-        return False
-    named = Path(os.fsdecode(exc.filename)).absolute()
+    name = written_path(exc)
+    if name is None or not paths:
+        return exc.errno in _WRITE_ONLY
+    named = Path(name).absolute()
     return any(named == p.absolute() or p.absolute() in named.parents for p in paths)
 
 
