@@ -35,9 +35,7 @@ def tune(
     """Measure the device's cost curve and the bundle's acceptance on it; store the best tree as the plan."""
     config = options.config_from(TuneConfig, locals())
     source = Bundle.load(bundle)
-    tuning = "tuning on the device (plain timing, verify cost curve, calibration per drafter)"
-    with RichProgress(stage="tune").task(tuning):
-        result, plan = tune_bundle(config, source)
+    result, plan = tune_bundle(config, source, progress=RichProgress(stage="tune"))
     out.print(plan_table(plan))
     err.print(plan_fit_line(plan))
     if not plan.choice.speculative and not plan.notes:

@@ -78,6 +78,10 @@ class Generator:
         ids = prompt_tokens(item, self.codec, chat)
         if not ids:
             raise InputError(f"prompt '{item.id}' is empty", "pass some text or input_ids")
+        vocab = self.engine.vocab
+        if outside := [t for t in ids if not 0 <= t < vocab]:
+            raise InputError(f"prompt '{item.id}' holds token id {outside[0]}, outside the vocabulary (0..{vocab - 1})",
+                             "tokenize with the bundle's tokenizer")
         context = self.engine.max_context
         limit = context - min(config.max_new_tokens, context // 2) - 1
         if truncate and len(ids) > limit:

@@ -26,7 +26,7 @@ from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.launch import prepare_device
 from specdec.pipeline.ondevice.orchestrate import ProgressSink, run_on_device
 from specdec.pipeline.ondevice.payload import build_payload
-from specdec.pipeline.progress import Progress
+from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.results import RunSpec
@@ -34,6 +34,8 @@ from specdec.pipeline.settings import profiles
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 from specdec.pipeline.settings.resolve import run_settings
 from specdec.pipeline.tune import plans
+
+TUNING = "tuning on the device (plain timing, verify cost curve, calibration per drafter)"
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
     codec = TextCodec(source.tokenizer_dir)
     prompts = _calibration(config, codec)
     # The output is checked (writable, not clobbered) and staged before any device work.
-    with BundleWriter(config.output, force=config.force, sources=(source.path, config.calib)) as writer:
+    with BundleWriter(config.output, force=config.force, sources=(source.path, config.calib)) as writer, \
+            (progress or SilentProgress()).task(TUNING):
         prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
                                   adb_port=config.adb_port, python=config.python, runtime=config.runtime,
                                   threads=config.threads, progress=progress)
