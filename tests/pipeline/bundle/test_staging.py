@@ -161,9 +161,9 @@ def test_a_second_writer_fails_at_once(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         for opening in (lambda: StagedDirectory(out), lambda: StagedFile(out)):
-            with pytest.raises(InputError, match=rf"is being written by another specdec process \(pid {holder.pid}\)"):
-                with opening():
-                    pytest.fail("a second writer got the output")
+            busy = rf"is being written by another specdec process \(pid {holder.pid}\)"
+            with pytest.raises(InputError, match=busy), opening():
+                pytest.fail("a second writer got the output")
     finally:
         holder.communicate("")
     assert holder.returncode == 0 and sorted(p.name for p in tmp_path.iterdir()) == []  # no lock file left
