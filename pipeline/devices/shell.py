@@ -270,10 +270,11 @@ def python_probe_command(python: str) -> str:
 
 def private_environment(workdir: str) -> str:
     """Variable assignments that keep what a program writes besides its output (caches, temp files, the
-    telemetry state above) inside `workdir`, which the host removes after the run."""
+    telemetry state above) inside `workdir`, which the host removes after the run. Python's user site
+    (`pip install --user` packages) stays where the real HOME has it: it is expanded before HOME moves."""
     home = q(workdir)
-    return (f"HOME={home} TMPDIR={home} XDG_CACHE_HOME={q(workdir + '/.cache')} "
-            f"XDG_CONFIG_HOME={q(workdir + '/.config')} {NO_TELEMETRY}")
+    return (f'PYTHONUSERBASE="${{PYTHONUSERBASE:-$HOME/.local}}" HOME={home} TMPDIR={home} '
+            f"XDG_CACHE_HOME={q(workdir + '/.cache')} XDG_CONFIG_HOME={q(workdir + '/.config')} {NO_TELEMETRY}")
 
 
 def parse_python_probe(python: str, stdout: str) -> tuple[PythonStatus, dict[str, str]]:

@@ -189,3 +189,24 @@ def test_no_signal_after_the_outcome_adds_a_traceback() -> None:
             "print('wrote out')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert (done.returncode, done.stdout, done.stderr) == (0, "wrote out\n", "")
+
+
+def test_the_runtime_cache_follows_the_same_rules(tmp_path: Path) -> None:
+    """`runtime build`: the cache may not overlap a local package source, and one build writes a cache at a time."""
+    cache = tmp_path / "cache"
+    (cache / "mirror").mkdir(parents=True)
+    line = one_line(runner.invoke(app, ["runtime", "build", "--cache-dir", str(cache), "--apt-mirror",
+                                        f"file://{cache / 'mirror'}"]), BAD_INPUT)
+    assert f"output '{cache}' contains the input '{cache / 'mirror'}'" in line, line
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from specdec.pipeline.bundle.staging import hold_output\n"
+        f"with hold_output(Path({str(cache)!r})):\n"
+        "    print('held', flush=True); sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        line = one_line(runner.invoke(app, ["runtime", "build", "--cache-dir", str(cache), "--apt-mirror",
+                                            "http://127.0.0.1:9/debian"]), BAD_INPUT)
+        assert f"is being written by another specdec process (pid {holder.pid})" in line, line
+    finally:
+        holder.communicate("")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
