@@ -28,6 +28,7 @@ from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir, h
 from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.inputs.weights import check_coverage, check_weight_files
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -134,10 +135,15 @@ def _load(path: Path, config: DraftConfig) -> tuple[Any, Any, Any]:
         shape = pruning.geometry(target_config)
         pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
+        check_weight_files(path, "target")
+        # with output_loading_info, from_pretrained returns (model, loading report): typed as the model alone
+        loaded: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa",
+                                                           output_loading_info=True)
+        model, loading = loaded
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise InputError(f"cannot load target '{path}': {reason}", "pass a local checkpoint directory") from exc
+    check_coverage(path, "target", loading)
     model.train(False)
     return target_config, tokenizer, model
 

@@ -12,11 +12,11 @@ from typing import Any
 from specdec.pipeline.errors import InputError, UnsupportedModelError
 from specdec.pipeline.export.architectures import Architecture, lookup, supported
 from specdec.pipeline.graphs.files import sha256_file
+from specdec.pipeline.inputs.weights import WEIGHT_PATTERNS, check_coverage, check_weight_files
 
 log = logging.getLogger(__name__)
 
 DEMO_NAME = "demo"
-_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model*.bin")
 _CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 # Files a tokenizer is loaded from (one suffices): fast, slow (SentencePiece, BPE vocab) tokenizers.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -49,7 +49,7 @@ def resolve(spec: str, role: str) -> str:
                 f"{role} '{spec}' is not a Hugging Face checkpoint (no config.json)",
                 "pass a directory written by `save_pretrained`, or 'demo'",
             )
-        if not any(any(path.glob(pattern)) for pattern in _WEIGHT_PATTERNS):
+        if not any(any(path.glob(pattern)) for pattern in WEIGHT_PATTERNS):
             raise InputError(
                 f"{role} '{spec}' has a config.json but no weights (*.safetensors or pytorch_model.bin)",
                 "copy the weight files into the directory",
@@ -130,23 +130,6 @@ def load_tokenizer(source: str, role: str) -> Any:
     return tokenizer
 
 
-def check_weight_files(source: str, role: str) -> None:
-    """Every safetensors file of a local checkpoint is whole: its header is read (not its tensors), and
-    safetensors checks that the header's tensors cover the file exactly. A truncated download is named
-    here, before any weight is read."""
-    from safetensors import safe_open
-
-    path = Path(source)
-    for file in sorted(path.glob("*.safetensors")) if path.is_dir() else []:
-        try:
-            with safe_open(str(file), "pt"):
-                pass
-        except Exception as exc:  # safetensors' SafetensorError derives from Exception only
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise InputError(f"{role} weight file '{file}' is damaged or incomplete ({reason})",
-                             "download or copy the file again") from None
-
-
 def load_model(source: str, role: str, config: Any, dtype: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
@@ -167,22 +150,8 @@ def load_model(source: str, role: str, config: Any, dtype: str) -> Any:
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise InputError(f"cannot read the weights of {role} '{source}': {reason}",
                          "check that config.json and the weight files belong to one model") from None
-    _check_coverage(source, role, loading)
+    check_coverage(source, role, loading)
     return model.eval()
-
-
-def _check_coverage(source: str, role: str, loading: dict[str, Any]) -> None:
-    """The weights cover the config exactly: transformers fills a tensor the files lack with random values
-    (and drops one the config has no place for) with a log line only, which would export a wrong model."""
-    problems = [(what, sorted(loading.get(key) or [])) for key, what in
-                (("missing_keys", "missing from the weights"), ("unexpected_keys", "not in the config"),
-                 ("mismatched_keys", "of another shape than the config's"))]
-    found = [f"{len(keys)} tensors {what} ({', '.join(str(k) for k in keys[:3])}{', ...' if len(keys) > 3 else ''})"
-             for what, keys in problems if keys]
-    if found:
-        files = ", ".join(sorted(p.name for pattern in _WEIGHT_PATTERNS for p in Path(source).glob(pattern)))
-        raise InputError(f"the weights of {role} '{source}' ({files or 'weight files'}) do not match its config.json: "
-                         f"{'; '.join(found)}", "use the config.json that came with these weights")
 
 
 def generation_eos(source: str) -> Any:

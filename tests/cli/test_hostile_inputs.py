@@ -141,6 +141,21 @@ def test_checkpoints_whose_files_do_not_fit(pair_factory, tmp_path: Path, case: 
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("case", ["more layers than weights", "truncated safetensors"])
+def test_draft_reads_checkpoints_by_the_same_rules(pair_factory, tmp_path: Path, case: str,  # type: ignore[no-untyped-def]
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from transformers.utils import logging as hf_logging
+
+    spoil, code, needle = CHECKPOINTS[case]
+    checkpoint = _checkpoint(pair_factory("llama")[0], tmp_path)
+    spoil(checkpoint)
+    before = snapshot(tmp_path)
+    monkeypatch.setattr(hf_logging, "_tqdm_active", False)
+    line = one_line(runner.invoke(app, ["draft", str(checkpoint), "-o", str(tmp_path / "out"), "--steps", "1"]), code)
+    assert needle in line, line
+    assert snapshot(tmp_path) == before
+
+
 def test_a_gguf_file_given_to_export(tmp_path: Path) -> None:
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF" + bytes(60))
