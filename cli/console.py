@@ -27,7 +27,8 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgressBar
 
-from specdec.pipeline.bundle.staging import is_write_error, release_outputs, stray_write_error, written_path
+from specdec.pipeline.bundle.locks import release_outputs
+from specdec.pipeline.bundle.write_errors import is_write_error, stray_write_error, written_path
 from specdec.pipeline.errors import InputError, Interrupted, SpecdecError
 
 out = Console()

@@ -25,6 +25,7 @@ from specdec.pipeline.bundle.staging import StagedDirectory
 from specdec.pipeline.engine.manifest import BundleInfo, bundle_info
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, external_locations, load_graph, sha256_file
+from specdec.pipeline.records.bundle_paths import io_mismatch
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -34,7 +35,6 @@ from specdec.pipeline.records.manifest import (
     Manifest,
     TensorSpec,
     TokenizerSpec,
-    io_mismatch,
     read_manifest,
 )
 

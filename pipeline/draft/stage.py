@@ -24,7 +24,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir, hold_output
+from specdec.pipeline.bundle.locks import hold_output
+from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting

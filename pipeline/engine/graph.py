@@ -12,8 +12,8 @@ import numpy as np
 from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK, mask_feeds
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.bundle_paths import io_mismatch
 from specdec.pipeline.records.decode import PruneParams
-from specdec.pipeline.records.manifest import io_mismatch
 
 # Below this size the generic and static graphs' kernels are too short for intra-op threads to pay
 # for their synchronisation (the demo pair on a 2-core host, plain decoding: static npu flavour

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.records.manifest import TensorSpec, bundle_path_problem
+from specdec.pipeline.records.bundle_paths import bundle_path_problem
+from specdec.pipeline.records.manifest import TensorSpec
 
 if TYPE_CHECKING:
     import onnx

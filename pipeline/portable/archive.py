@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from specdec import __version__
-from specdec.pipeline.bundle.staging import check_inputs, hold_output, writable_directory
+from specdec.pipeline.bundle.locks import hold_output
+from specdec.pipeline.bundle.staging import check_inputs, writable_directory
 from specdec.pipeline.errors import InputError, RuntimeBuildError
 from specdec.pipeline.portable import assemble, fetch, recipe
 from specdec.pipeline.portable.fetch import Sources

@@ -12,13 +12,13 @@ from __future__ import annotations
 import copy
 import enum
 import json
-import posixpath
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.bundle_paths import check_bundle_paths
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, parse
 from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.kv_policy import KVPolicy
@@ -392,98 +392,38 @@ class Manifest:
         view.variants = {}
         return view
 
+    def paths(self) -> Iterator[tuple[str, str]]:
+        """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, compiled
+        graphs and weights, and the weight-format variants; `entry` says where in the manifest it is."""
+        for rel in self.files:
+            yield "files", rel
+        yield "tokenizer.dir", self.tokenizer.dir
+        specs = [(f"graphs.{role}", spec) for role, spec in self.graphs.items()]
+        specs += [(f"variants.{name}.graph", variant.graph) for name, variant in self.variants.items()]
+        for where, spec in specs:
+            yield f"{where}.file", spec.file
+        fused = [(f"variants.{name}.fused", v.fused) for name, v in self.variants.items() if v.fused is not None]
+        table = self.buckets
+        if table is not None:
+            fused += [(f"buckets.fused.{role}", graph) for role, graph in table.fused.items()]
+            for role, variants in table.graphs.items():
+                for index, variant in enumerate(variants):
+                    yield f"buckets.graphs.{role}.{index}.file", variant.file
+                    if variant.ort_file is not None:
+                        yield f"buckets.graphs.{role}.{index}.ort_file", variant.ort_file
+            for role, data in table.weights.items():
+                yield f"buckets.weights.{role}", data
+        for where, graph in fused:
+            yield f"{where}.file", graph.file
+            if graph.ort_file is not None:
+                yield f"{where}.ort_file", graph.ort_file
+
     def copy(self) -> Manifest:
         """A deep copy for the next stage to change (stages never touch their input bundle)."""
         return copy.deepcopy(self)
 
     def to_json(self) -> str:
         return json.dumps(dump(self), indent=2) + "\n"
-
-
-def bundle_path_problem(rel: str) -> str | None:
-    """What is wrong with `rel` as a path inside a bundle (None: nothing), by the path policy of
-    docs/bundles.md: relative, in normal form (`a/b`: no `.`, `..`, empty part or backslash), no NUL.
-
-    A bundle is data a user may have received from someone else, so no path it names may direct
-    a read or a write outside its directory. Symlinks are checked against the directory itself
-    (`check_bundle_paths`)."""
-    if not rel:
-        return "is empty"
-    if "\x00" in rel:
-        return "contains a NUL byte"
-    if "\\" in rel:
-        return "contains a backslash (bundle paths use '/')"
-    if rel.startswith("/"):
-        return "is absolute"
-    if ".." in rel.split("/"):
-        return "climbs out of the bundle ('..')"
-    if posixpath.normpath(rel) != rel or rel == ".":
-        return f"is not in normal form (write it '{posixpath.normpath(rel)}')"
-    if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in rel.split("/")):
-        return "has a name longer than a file system allows (255 bytes)"
-    return None
-
-
-def manifest_paths(manifest: Manifest) -> Iterator[tuple[str, str]]:
-    """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, compiled
-    graphs and weights, and the weight-format variants; `entry` says where in the manifest it is."""
-    for rel in manifest.files:
-        yield "files", rel
-    yield "tokenizer.dir", manifest.tokenizer.dir
-    specs = [(f"graphs.{role}", spec) for role, spec in manifest.graphs.items()]
-    specs += [(f"variants.{name}.graph", variant.graph) for name, variant in manifest.variants.items()]
-    for where, spec in specs:
-        yield f"{where}.file", spec.file
-    fused = [(f"variants.{name}.fused", v.fused) for name, v in manifest.variants.items() if v.fused is not None]
-    table = manifest.buckets
-    if table is not None:
-        fused += [(f"buckets.fused.{role}", graph) for role, graph in table.fused.items()]
-        for role, variants in table.graphs.items():
-            for index, variant in enumerate(variants):
-                yield f"buckets.graphs.{role}.{index}.file", variant.file
-                if variant.ort_file is not None:
-                    yield f"buckets.graphs.{role}.{index}.ort_file", variant.ort_file
-        for role, data in table.weights.items():
-            yield f"buckets.weights.{role}", data
-    for where, graph in fused:
-        yield f"{where}.file", graph.file
-        if graph.ort_file is not None:
-            yield f"{where}.ort_file", graph.ort_file
-
-
-def io_mismatch(role: str, file: str, expected_inputs: Iterable[str], inputs: Iterable[str]) -> str | None:
-    """How a graph file's input names differ from its manifest entry's (None: they do not, or the entry
-    lists none), so a graph swapped with another (the target's file under the draft's entry) is named
-    before it runs. The caller raises BundleError with it, whatever else it adds."""
-    expected, found = set(expected_inputs), set(inputs)
-    if not expected or expected == found:
-        return None
-    missing, extra = sorted(expected - found), sorted(found - expected)
-    parts = [f"lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}" if missing else "",
-             f"has {', '.join(extra[:3])}{' ...' if len(extra) > 3 else ''}" if extra else ""]
-    return (f"'{file}' is not the graph the manifest's {role} entry describes: it "
-            f"{' and '.join(p for p in parts if p)}")
-
-
-def check_bundle_paths(root: Path, manifest: Manifest) -> None:
-    """Every path of the manifest obeys the path policy (`bundle_path_problem`) and, where it exists,
-    resolves inside `root` (a symlink inside the bundle may point elsewhere inside it, never out).
-
-    BundleError (exit 3) naming the entry otherwise, before any file is opened."""
-    base = root.resolve()
-    for where, rel in manifest_paths(manifest):
-        problem = bundle_path_problem(rel)
-        if problem is None:
-            try:
-                inside = (base / rel).resolve().is_relative_to(base)
-            except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
-                problem = f"cannot be resolved ({getattr(exc, 'strerror', None) or exc})"
-            else:
-                problem = None if inside else "leads outside the bundle through a symlink"
-        if problem is not None:
-            raise BundleError(f"bundle '{root}': manifest entry {where} '{rel}' {problem}",
-                              "a bundle's paths are relative and inside it: re-create the bundle with specdec, "
-                              "and do not run bundles you cannot trust")
 
 
 def read_manifest(root: str | Path) -> Manifest:
@@ -524,5 +464,5 @@ def read_manifest(root: str | Path) -> Manifest:
         manifest: Manifest = parse(Manifest, raw)
     except RecordError as exc:
         raise BundleError(f"{path} is invalid: {exc}", "re-create the bundle") from None
-    check_bundle_paths(root, manifest)
+    check_bundle_paths(root, manifest.paths())
     return manifest

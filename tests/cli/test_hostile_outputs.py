@@ -80,7 +80,7 @@ def test_force_replaces_only_what_specdec_wrote(workspace: Path) -> None:
 def test_a_second_writer_fails_at_once(workspace: Path) -> None:
     out = workspace / "out"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys; from pathlib import Path; from specdec.pipeline.bundle.staging import hold_output\n"
+        "import sys; from pathlib import Path; from specdec.pipeline.bundle.locks import hold_output\n"
         f"with hold_output(Path({str(out)!r})):\n"
         "    print('held', flush=True); sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -199,7 +199,7 @@ def test_the_runtime_cache_follows_the_same_rules(tmp_path: Path) -> None:
                                         f"file://{cache / 'mirror'}"]), BAD_INPUT)
     assert f"output '{cache}' contains the input '{cache / 'mirror'}'" in line, line
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys; from pathlib import Path; from specdec.pipeline.bundle.staging import hold_output\n"
+        "import sys; from pathlib import Path; from specdec.pipeline.bundle.locks import hold_output\n"
         f"with hold_output(Path({str(cache)!r})):\n"
         "    print('held', flush=True); sys.stdin.read()")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

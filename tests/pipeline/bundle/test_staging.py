@@ -10,14 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec.pipeline.bundle.staging import (
-    StagedDirectory,
-    StagedFile,
-    check_output_dir,
-    hold_output,
-    lock_path,
-    writable_directory,
-)
+from specdec.pipeline.bundle.locks import hold_output, lock_path
+from specdec.pipeline.bundle.staging import StagedDirectory, StagedFile, check_output_dir, writable_directory
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.manifest import FileEntry, GraphSpec, Manifest, TokenizerSpec
 
