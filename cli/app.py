@@ -20,7 +20,7 @@ from specdec.cli import (
     surgery_cmd,
     tune_cmd,
 )
-from specdec.cli.console import guarded, out, refresh_width, setup_logging
+from specdec.cli.console import guarded, ignore_stop_signals, out, refresh_width, setup_logging, tolerant_streams
 
 app = typer.Typer(
     name="specdec",
@@ -46,6 +46,7 @@ def root(
     A target and a draft LLM go from Hugging Face to ONNX, get the speculative-decoding custom ops,
     are quantized and compiled for the device, and are measured there against plain decoding."""
     refresh_width()
+    tolerant_streams()
     setup_logging(verbose)
 
 
@@ -71,4 +72,7 @@ app.add_typer(runtime_cmd.app, name="runtime")
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    finally:
+        ignore_stop_signals()

@@ -109,7 +109,8 @@ def generate(
         raise InputError("--prompt is empty", "pass some text to continue")
     # Everything that can be checked is checked before the first token: the output (writable, not
     # clobbered), the bundle (every sha256), the settings, the controllers and every prompt.
-    staged = StagedFile(output, force=force) if output is not None else None
+    inputs = (bundle, prompts, ban, json_schema)
+    staged = StagedFile(output, force=force, sources=inputs) if output is not None else None
     items = load_prompts(prompts) if prompts is not None else [PromptItem("prompt", text=prompt)]
     template = load_scenario(request.scenario) if request.scenario else None
     device = load_device(request.profile)

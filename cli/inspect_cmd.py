@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +225,24 @@ def inspect(
 ) -> None:
     """Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer."""
     loaded = Bundle.load(bundle)
+    with _readable_reports(bundle), out.capture() as shown:  # all or nothing: no summary cut off by an error
+        _show(loaded, bundle, as_json=as_json, mobile=mobile)
+    out.file.write(shown.get())
+
+
+@contextmanager
+def _readable_reports(bundle: Path) -> Iterator[None]:
+    """A manifest's reports are free-form JSON (`Manifest.reports: dict[str, Any]`, written by the stages and
+    read only for display here): one without the shape a stage writes is a damaged bundle (exit 3), not a
+    traceback. A bundle may come from anyone."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"bundle '{bundle}' holds a report specdec cannot show ({type(exc).__name__}: {exc})",
+                          "re-create the bundle") from None
+
+
+def _show(loaded: Bundle, bundle: Path, *, as_json: bool, mobile: bool) -> None:
     if mobile:
         compiled = loaded.manifest.reports.compile
         report = compiled.readiness if compiled is not None else None

@@ -38,9 +38,7 @@ def tune(
     that drafter is calibrated and planned for."""
     config = options.config_from(TuneConfig, locals(), **options.one_device(serial, adb_host, adb_port))
     source = Bundle.load(bundle)
-    tuning = "tuning on the device (plain timing, verify cost curve, calibration per drafter)"
-    with RichProgress(stage="tune").task(tuning):
-        result, plan = tune_bundle(config, source)
+    result, plan = tune_bundle(config, source, progress=RichProgress(stage="tune"))
     out.print(plan_table(plan))
     err.print(plan_fit_line(plan))
     if not plan.choice.speculative and not plan.notes:

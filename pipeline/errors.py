@@ -31,6 +31,19 @@ def render(text: str, flag_for: FlagFor | None = None) -> str:
     return _SETTING.sub(lambda m: (flag_for(m.group(1)) if flag_for else None) or m.group(1), text)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C), SIGTERM or SIGHUP arrived: it unwinds like Ctrl-C, so every staged output and
+    device work dir is cleaned up, and the process exits 128 + the signal's number (130, 143, 129)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
 class SpecdecError(Exception):
     """Base of every error specdec raises on purpose."""
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from specdec.pipeline.bench import gates
 from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bundle.store import Bundle, StagedDirectory
+from specdec.pipeline.engine.processors import ProcessorCache, build
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.inputs.prompts import fit_prompts, load_bench_prompts
 from specdec.pipeline.inputs.text import TextCodec
@@ -109,12 +110,16 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
     options = config.decode
     settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
+    if settings.config.constrained:  # a pattern or schema no reply can meet fails here, not on the device
+        build(settings.config, ProcessorCache(bundle.tokenizer_dir / "tokenizer.json",
+                                              bundle.manifest.graphs["target"].vocab_size))
     if baseline is None and config.baseline is not None:
         baseline = gates.load_baseline(config.baseline)
     codec = TextCodec(bundle.tokenizer_dir)
     prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat),
                                      bundle.context, settings.config.max_new_tokens)
-    with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
+    with StagedDirectory(config.output, force=config.force,
+                         sources=(bundle.path, config.prompts, config.calib, config.baseline)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.
         session = DeviceSession.open(target, profile, progress, group)
         device = session.device

@@ -24,7 +24,15 @@ from specdec import __version__
 from specdec.pipeline.bundle.staging import StagedDirectory
 from specdec.pipeline.engine.bundle_info import BundleInfo, bundle_info
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, graph_files, sha256_file
+from specdec.pipeline.graphs.files import (
+    SHARED_DATA,
+    external_bytes,
+    external_locations,
+    graph_files,
+    load_graph,
+    sha256_file,
+)
+from specdec.pipeline.records.bundle_paths import io_mismatch
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -38,6 +46,8 @@ from specdec.pipeline.records.manifest import (
 )
 
 log = logging.getLogger(__name__)
+
+SWAPPED_FIX = "re-create the bundle (were its graph files swapped or replaced?)"
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_SCHEMA", "Bundle", "BundleWriter", "FileEntry", "GraphSpec", "LineageEntry",
            "Manifest", "StagedDirectory", "TensorSpec", "TokenizerSpec", "fingerprint", "input_digests",
@@ -66,6 +76,7 @@ class Bundle:
     def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
+        self._io_checked: set[str] = set()  # roles whose graph file was checked against its entry
 
     @classmethod
     def load(cls, path: str | Path) -> Bundle:
@@ -97,7 +108,21 @@ class Bundle:
         path = self.path / spec.file
         if not path.is_file():
             raise BundleError(f"bundle '{self.path}' is missing '{spec.file}'", "re-create the bundle")
+        if role not in self._io_checked:  # once per graph: a stage about to read it pays one structure parse
+            model = load_graph(path, weights=False)  # BundleError if it is no ONNX graph
+            found = [value.name for value in model.graph.input]
+            mismatch = io_mismatch(role, spec.file, [t.name for t in spec.inputs], found)
+            if mismatch is not None:
+                raise BundleError(f"bundle '{self.path}': {mismatch}", SWAPPED_FIX)
+            external_locations(model, path)  # BundleError if its external data would leave the bundle
+            self._io_checked.add(role)
         return path
+
+    def check_graphs(self) -> None:
+        """Every graph file is an ONNX graph with the inputs its manifest entry lists (`graph_path`): what a
+        stage that reads the graphs checks before any work, so a replaced or swapped file fails at once."""
+        for role in self.manifest.graphs:
+            self.graph_path(role)
 
     def runtime_info(self, weight_format: str | None = None) -> BundleInfo:
         """What the decoding engine reads from this (verified) bundle, its target in `weight_format`

@@ -99,7 +99,7 @@ def load_config(path: Path | None, *, output: Path | None = None) -> PipelineCon
     if not path.is_file():
         raise InputError(f"pipeline config '{path}' does not exist", "pass a YAML file (see docs/pipeline.md)")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_bytes()) or {}  # bytes: PyYAML names a bad encoding's position
     except yaml.YAMLError as exc:
         raise InputError(f"{path} is not valid YAML ({' '.join(str(exc).split())})", "fix the file") from exc
     try:

@@ -85,6 +85,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     progress = progress or SilentProgress()
     if source.manifest.buckets:
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
+    source.check_graphs()
     manifest = source.manifest.copy()
     settings = compile_settings(config, manifest)
     if manifest.variants and settings.flavour is not GraphFlavour.cpu:
@@ -95,7 +96,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
         log.warning("%s", warning)
     for note in settings.notes:
         log.info("%s", note)  # the CLI prints the report's notes
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+    with BundleWriter(config.output, force=config.force, sources=(source.path, config.kv_calib)) as writer:
         # the runners of a compiled bundle open its compiled graphs only: the dynamic graphs it was
         # compiled from (and their weights) stay in the source bundle, not a second copy here
         dynamic = [spec.file for spec in source.manifest.graphs.values()]

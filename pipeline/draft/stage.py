@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.bundle.locks import hold_output
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.checkpoints.gguf import forget_quantization
 from specdec.pipeline.checkpoints.locate import locate
@@ -30,6 +31,7 @@ from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.draft import budget, distill, pruning, report
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.inputs.calibration import read_tokens
+from specdec.pipeline.inputs.weights import check_coverage, check_weight_files
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -135,13 +137,20 @@ def _load(source: CheckpointSource, config: DraftConfig) -> tuple[Any, Any, Any]
         shape = pruning.geometry(target_config)
         pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
         tokenizer = AutoTokenizer.from_pretrained(where, **select)
-        model = AutoModelForCausalLM.from_pretrained(where, **select, dtype=torch.float32, attn_implementation="sdpa")
+        if not source.is_gguf:
+            check_weight_files(where, "target")
+        # with output_loading_info, from_pretrained returns (model, loading report): typed as the model alone
+        loaded: Any = AutoModelForCausalLM.from_pretrained(where, **select, dtype=torch.float32,
+                                                           attn_implementation="sdpa", output_loading_info=True)
+        model, loading = loaded
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
         raise InputError(f"cannot load target '{source.path}': {reason}",
                          "pass a local checkpoint directory or GGUF file") from exc
     if source.is_gguf:
         forget_quantization(model)
+    else:
+        check_coverage(where, "target", loading)
     model.train(False)
     return target_config, tokenizer, model
 
@@ -177,7 +186,8 @@ def make_draft(config: DraftConfig, progress: Progress | None = None,
     threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
     try:
-        return _make_draft(config, progress, step_cost)
+        with hold_output(config.output):  # one writer of the output for the whole run, not only its last step
+            return _make_draft(config, progress, step_cost)
     finally:
         torch.set_num_threads(threads)  # config.threads is this run's, not the process's
         if bars:
@@ -222,7 +232,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
     started = time.time()
     source = resolve_target(config.target)
     target_path = Path(source.path)
-    check_output_dir(config.output, force=config.force, sources=(target_path,))
+    check_output_dir(config.output, force=config.force, sources=(target_path, config.calib))
     if config.calib is not None and not config.calib.is_file():
         raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
     fingerprint = _fingerprint(source, config)
@@ -337,7 +347,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         "minutes": (time.time() - started) / 60,
         "budget": _budget_report(planned, phases, config.budget_minutes),
     }
-    with StagedDirectory(config.output, force=config.force, sources=(target_path,)) as staged:
+    with StagedDirectory(config.output, force=config.force, sources=(target_path, config.calib)) as staged:
         saved.save_pretrained(str(staged.dir))
         tokenizer.save_pretrained(str(staged.dir))
         generation = target_path / "generation_config.json"

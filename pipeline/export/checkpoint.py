@@ -8,8 +8,10 @@ file's quantized weights encode (docs/export.md, "GGUF files").
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.checkpoints.gguf import GGUFFacts, forget_quantization
@@ -17,6 +19,7 @@ from specdec.pipeline.checkpoints.locate import locate
 from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.errors import InputError, UnsupportedModelError
 from specdec.pipeline.export.architectures import Architecture, lookup, supported
+from specdec.pipeline.inputs.weights import check_coverage, check_weight_files
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +27,8 @@ _CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 # GGUF architecture names that transformers loads as another model_type (its load_gguf_checkpoint:
 # a Gemma 3 GGUF holds the text backbone only)
 _GGUF_MODEL_TYPES = {"gemma3": "gemma3_text"}
+# Files a tokenizer is loaded from (one suffices): fast, slow (SentencePiece, BPE vocab) tokenizers.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 
 
 def gguf_architectures() -> list[str]:
@@ -69,9 +74,26 @@ def check_gguf(source: CheckpointSource, role: str) -> GGUFFacts | None:
     return facts
 
 
+def _declared_model_type(source: CheckpointSource) -> str | None:
+    """The `model_type` a local checkpoint's config.json declares (None: a hub id, a GGUF file, or none declared)."""
+    if source.is_gguf:
+        return None
+    try:
+        declared = json.loads((Path(source.location) / "config.json").read_bytes()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None  # transformers' own loader says what is wrong with the file
+    return declared if isinstance(declared, str) else None
+
+
 def load_config(source: CheckpointSource, role: str) -> tuple[Any, Architecture]:
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    model_type = _declared_model_type(source)
+    if model_type is not None and model_type not in CONFIG_MAPPING:
+        # transformers cannot even read the config: an unsupported model (exit 4), not a bad path
+        raise UnsupportedModelError(f"{role} '{source.path}' is a '{model_type}' model, which neither transformers nor "
+                                    "specdec knows", f"export a supported architecture ({', '.join(supported())})")
     config = _from_pretrained(AutoConfig, source, role)
     architecture = lookup(getattr(config, "model_type", "unknown"))
     declared = list(getattr(config, "architectures", None) or [])
@@ -86,6 +108,10 @@ def load_config(source: CheckpointSource, role: str) -> tuple[Any, Architecture]
 def load_tokenizer(source: CheckpointSource, role: str) -> Any:
     from transformers import AutoTokenizer
 
+    path = Path(source.location)
+    if not source.is_gguf and path.is_dir() and not any((path / name).is_file() for name in _TOKENIZER_FILES):
+        raise InputError(f"{role} '{source.path}' has no tokenizer files ({', '.join(_TOKENIZER_FILES[:2])})",
+                         "copy the model's tokenizer files (tokenizer.json, tokenizer_config.json) into the directory")
     tokenizer = _from_pretrained(AutoTokenizer, source, role)
     if not getattr(tokenizer, "is_fast", False):
         raise InputError(
@@ -99,17 +125,28 @@ def load_model(source: CheckpointSource, role: str, config: Any, dtype: str) -> 
     import torch
     from transformers import AutoModelForCausalLM
 
+    if not source.is_gguf:
+        check_weight_files(source.location, role)
     config._attn_implementation = "eager"  # the tree mask is an additive float mask (docs/design.md §2)
-    model = _from_pretrained(
-        AutoModelForCausalLM,
-        source,
-        role,
-        config=config,
-        dtype=getattr(torch, dtype),
-        attn_implementation="eager",
-    )
+    try:
+        # with output_loading_info, from_pretrained returns (model, loading report)
+        model, loading = _from_pretrained(
+            AutoModelForCausalLM,
+            source,
+            role,
+            config=config,
+            dtype=getattr(torch, dtype),
+            attn_implementation="eager",
+            output_loading_info=True,
+        )
+    except RuntimeError as exc:  # torch reading a damaged .bin, a tensor whose shape is not the config's
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise InputError(f"cannot read the weights of {role} '{source.path}': {reason}",
+                         "check that config.json and the weight files belong to one model") from None
     if source.is_gguf:
         forget_quantization(model)
+    else:
+        check_coverage(source.location, role, loading)
     return model.eval()
 
 

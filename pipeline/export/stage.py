@@ -123,16 +123,24 @@ def _check_pair_before_export(config: ExportConfig) -> tuple[dict[str, ckpt.Chec
     return light, report
 
 
+def _input_paths(config: ExportConfig) -> tuple[Path, ...]:
+    """The checkpoints the export reads, where they are on this machine (the output may not touch them)."""
+    paths = (ckpt.demo_dir(role) if spec == ckpt.DEMO_NAME else Path(spec).expanduser()
+             for role, spec in config.sources().items())
+    return tuple(path for path in paths if path.exists())
+
+
 def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bundle:
     progress = progress or SilentProgress()
-    check_output_dir(config.output, force=config.force)
+    checkpoints = _input_paths(config)
+    check_output_dir(config.output, force=config.force, sources=checkpoints)
     if config.opset < 18:
         raise InputError(f"{setting('opset')} {config.opset} is too old",
                          "use 18 or newer (torch.onnx dynamo needs it)")
     light, pair = _check_pair_before_export(config)
     graphs: dict[str, GraphSpec] = {}
     validation: dict[str, Any] = {}
-    with BundleWriter(config.output, force=config.force) as writer:
+    with BundleWriter(config.output, force=config.force, sources=checkpoints) as writer:
         for role in (r for r in ROLES if r in light):
             source = light[role]
             with progress.task(f"loading {role} {Path(source.source.path).name}"):

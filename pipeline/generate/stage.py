@@ -22,7 +22,12 @@ from specdec.pipeline.records.decode import BanPolicy, DecodeConfig
 from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import DeviceProfile, ScenarioProfile
-from specdec.pipeline.settings.resolve import ResolvedSettings, controller_spec, run_settings
+from specdec.pipeline.settings.resolve import (
+    ResolvedSettings,
+    controller_spec,
+    run_settings,
+    run_threads,
+)
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,10 @@ class Generator:
         ids = prompt_tokens(item, self.codec, chat)
         if not ids:
             raise InputError(f"prompt '{item.id}' is empty", "pass some text or input_ids")
+        vocab = self.engine.vocab
+        if outside := [t for t in ids if not 0 <= t < vocab]:
+            raise InputError(f"prompt '{item.id}' holds token id {outside[0]}, outside the vocabulary (0..{vocab - 1})",
+                             "tokenize with the bundle's tokenizer")
         context = self.engine.max_context
         limit = prompt_room(context, config.max_new_tokens)
         if truncate and len(ids) > limit:
@@ -96,7 +105,7 @@ class Generator:
 
 
 def local_threads(threads: int | None, profile: DeviceProfile) -> int:
-    return profile.runtime.threads if threads is None else threads
+    return run_threads(threads, profile)
 
 
 def local_device_key(threads: int) -> str:

@@ -35,6 +35,7 @@ from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.graph import Graph
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.graphs.files import external_files, load_graph
+from specdec.pipeline.inputs.text import read_text_file
 
 log = logging.getLogger(__name__)
 
@@ -75,10 +76,7 @@ def read_tokens(path: Path, encode: Encoder, vocab_size: int, key: str = "calib"
     name = setting(key)
     if not path.is_file():
         raise InputError(f"{name} file '{path}' does not exist", "pass a text or JSONL file")
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"{name} file '{path}' cannot be read ({exc.strerror})", "pass a readable file") from None
+    text = read_text_file(path, f"{name} file")
     if not text.strip():
         raise InputError(f"{name} file '{path}' is empty", "pass a file with text to calibrate on")
     lines = [line for line in text.splitlines() if line.strip()]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.inputs.chat import Message, check_messages
-from specdec.pipeline.inputs.text import TextCodec
+from specdec.pipeline.inputs.text import TextCodec, read_text_file
 
 # Prompts tune calibrates on (bench's tune and `specdec tune` alike): without --calib, the last ones of the file,
 # which `bench --limit N` (the first N) does not measure.
@@ -46,7 +46,7 @@ def load_prompts(path: Path) -> list[PromptItem]:
     if not path.is_file():
         raise InputError(f"prompts file '{path}' does not exist", "pass a JSONL file with one prompt per line")
     items: list[PromptItem] = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(read_text_file(path, "prompts file").splitlines(), start=1):
         if not line.strip():
             continue
         try:

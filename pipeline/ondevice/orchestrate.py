@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from specdec.pipeline.devices import shell
 from specdec.pipeline.devices.base import Device, DeviceInfo, PythonStatus
 from specdec.pipeline.devices.sensor_log import SensorLog
 from specdec.pipeline.devices.sensors import (
@@ -87,10 +88,12 @@ def runner_args(workdir: str, sensors: SensorArgs | None = None) -> str:
 
 
 def runner_command(workdir: str, python: str, cpu_mask: str | None, sensors: SensorArgs | None = None) -> str:
+    """The runner under the device's own Python, its HOME, TMPDIR and caches in the work dir (nothing is
+    left on the device once the work dir goes)."""
     prefix = f"taskset {shlex.quote(cpu_mask)} " if cpu_mask else ""
     zip_path = posixpath.join(workdir, RUNTIME_ZIP)
-    return (f"PYTHONPATH={shlex.quote(zip_path)} {prefix}{shlex.quote(python)} -m "
-            f"{RUNNER_MODULE} {runner_args(workdir, sensors)}").rstrip()
+    return (f"{shell.private_environment(workdir)} PYTHONPATH={shlex.quote(zip_path)} {prefix}{shlex.quote(python)} "
+            f"-m {RUNNER_MODULE} {runner_args(workdir, sensors)}").rstrip()
 
 
 class RunnerLaunch(Protocol):

@@ -39,6 +39,7 @@ from specdec.pipeline.records.plan import device_key
 from specdec.pipeline.records.results import RunSpec
 from specdec.pipeline.settings import profiles
 from specdec.pipeline.settings.profiles import DeviceProfile, RuntimeKind, Transport
+from specdec.pipeline.settings.resolve import run_threads
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ class DeviceSession:
                                cpu_mask=profile.runtime.cpu_mask, progress=progress,
                                archives=group.archive if group is not None else None)
         info = launch.prepare(device)
-        threads = profile.runtime.threads if target.threads is None else target.threads
+        threads = run_threads(target.threads, profile)
         return cls(profile, device, python, launch, info, threads,
                    device_key(target.transport.value, info.model, info.abi, threads))
 

@@ -269,6 +269,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         if path is not None and not path.is_file():
             raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
     _check_bundle(source)
+    source.check_graphs()
     manifest = source.manifest.copy()
     context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
     if config.calib_seq_len > context:
@@ -279,7 +280,8 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     if missing:
         raise InputError(f"bundle '{source.path}' has no {' or '.join(missing)} graph to quantize",
                          f"pass {setting('graphs')} {','.join(manifest.graphs)} (or leave it out: every graph)")
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+    with BundleWriter(config.output, force=config.force,
+                      sources=(source.path, config.calib, config.eval_file)) as writer:
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
         _, format_name, domain = FORMATS[config.weight_format]

@@ -12,11 +12,13 @@ from __future__ import annotations
 import copy
 import enum
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.bundle_paths import check_bundle_paths
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, parse
 from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.kv_policy import KVPolicy
@@ -421,6 +423,32 @@ class Manifest:
         view.variants = {}
         return view
 
+    def paths(self) -> Iterator[tuple[str, str]]:
+        """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, compiled
+        graphs and weights, and the weight-format variants; `entry` says where in the manifest it is."""
+        for rel in self.files:
+            yield "files", rel
+        yield "tokenizer.dir", self.tokenizer.dir
+        specs = [(f"graphs.{role}", spec) for role, spec in self.graphs.items()]
+        specs += [(f"variants.{name}.graph", variant.graph) for name, variant in self.variants.items()]
+        for where, spec in specs:
+            yield f"{where}.file", spec.file
+        fused = [(f"variants.{name}.fused", v.fused) for name, v in self.variants.items() if v.fused is not None]
+        table = self.buckets
+        if table is not None:
+            fused += [(f"buckets.fused.{role}", graph) for role, graph in table.fused.items()]
+            for role, variants in table.graphs.items():
+                for index, variant in enumerate(variants):
+                    yield f"buckets.graphs.{role}.{index}.file", variant.file
+                    if variant.ort_file is not None:
+                        yield f"buckets.graphs.{role}.{index}.ort_file", variant.ort_file
+            for role, data in table.weights.items():
+                yield f"buckets.weights.{role}", data
+        for where, graph in fused:
+            yield f"{where}.file", graph.file
+            if graph.ort_file is not None:
+                yield f"{where}.ort_file", graph.ort_file
+
     def copy(self) -> Manifest:
         """A deep copy for the next stage to change (stages never touch their input bundle)."""
         return copy.deepcopy(self)
@@ -433,7 +461,8 @@ def read_manifest(root: str | Path) -> Manifest:
     """The bundle's manifest, validated; BundleError naming the problem and the fix otherwise.
 
     Reads only: `Bundle.load` then checks every file's sha256, and the device runtime trusts
-    a copy the host verified before pushing it.
+    a copy the host verified before pushing it. The paths it names are checked here, once for
+    every reader (`check_bundle_paths`), so no entry can direct a read or a write out of the bundle.
     """
     root = Path(root)
     if not root.is_dir():
@@ -443,13 +472,22 @@ def read_manifest(root: str | Path) -> Manifest:
     if not path.is_file():
         raise BundleError(f"'{root}' has no {MANIFEST_NAME}, so it is not a specdec bundle",
                           "create one with `specdec export TARGET --draft DRAFT -o DIR`")
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise BundleError(f"{path} is a symlink that leads outside the bundle",
+                          "copy the manifest into the bundle, or re-create the bundle")
     try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path} is not valid JSON ({exc})", "re-create the bundle") from None
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise BundleError(f"{path} is not valid JSON ({reason})", "re-create the bundle") from None
+    except OSError as exc:
+        raise BundleError(f"{path} cannot be read ({exc.strerror or exc})", "check its permissions") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if not isinstance(version, int) or isinstance(version, bool):
         raise BundleError(f"{path} has no schema_version", "re-create the bundle")
+    if version < 1:
+        raise BundleError(f"{path} has schema_version {version}; versions start at 1",
+                          "re-create the bundle with `specdec export`")
     if version > MANIFEST_SCHEMA:
         raise BundleError(f"bundle '{root}' was written by a newer specdec (schema {version}, this one reads "
                           f"{MANIFEST_SCHEMA})", "upgrade specdec to read it")
@@ -457,4 +495,5 @@ def read_manifest(root: str | Path) -> Manifest:
         manifest: Manifest = parse(Manifest, raw)
     except RecordError as exc:
         raise BundleError(f"{path} is invalid: {exc}", "re-create the bundle") from None
+    check_bundle_paths(root, manifest.paths())
     return manifest

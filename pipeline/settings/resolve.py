@@ -277,6 +277,14 @@ def run_settings(options: DecodeOptions, manifest: Manifest, *, profile: DeviceP
 DEFAULT_CONTROLLERS = ("fallback", "thermal", "power")  # safety nets on by default; tuning ones are opt-in
 
 
+def run_threads(threads: int | None, profile: DeviceProfile) -> int:
+    """The run's onnxruntime threads: the option, else the profile's runtime.threads (0: all cores)."""
+    chosen = profile.runtime.threads if threads is None else threads
+    if chosen < 0:
+        raise InputError(f"{setting('threads')} {chosen} is negative", "pass 0 (all cores) or a number of threads")
+    return chosen
+
+
 def parse_controllers(text: str | None) -> tuple[str, ...]:
     """'all', 'none', or a comma list of controller names (None: the default set)."""
     if text is None:

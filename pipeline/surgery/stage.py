@@ -79,6 +79,7 @@ def _surgery(pass_module: ModuleType, source: Path, out: Path, config: SurgeryCo
 def surgery_bundle(config: SurgeryConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
     progress = progress or SilentProgress()
     _check_bundle(source)
+    source.check_graphs()
     manifest = source.manifest.copy()
     records: dict[str, CustomOpGraph] = {}
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:

@@ -22,7 +22,7 @@ from specdec.pipeline.errors import DeviceError, InputError, setting
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.orchestrate import ProgressSink
 from specdec.pipeline.ondevice.session import DeviceSession, DeviceTarget, calibration_prompts
-from specdec.pipeline.progress import Progress
+from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.codec import FLATTEN, to_dict
 from specdec.pipeline.records.plan import DevicePlan, TunePlan
 from specdec.pipeline.records.reports import TuneReport
@@ -33,6 +33,7 @@ from specdec.pipeline.settings.resolve import run_settings
 from specdec.pipeline.tune import plans
 
 CALIBRATION_TOKENS = 48  # tokens of each calibration reply
+TUNING = "tuning on the device (plain timing, verify cost curve, calibration per drafter)"
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ def tune_bundle(config: TuneConfig, source: Bundle, on_event: ProgressSink | Non
     codec = TextCodec(source.tokenizer_dir)
     prompts = calibration_prompts(codec, calib=config.calib, prompts=None, measured=[])
     # The output is checked (writable, not clobbered) and staged before any device work.
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+    with BundleWriter(config.output, force=config.force, sources=(source.path, config.calib)) as writer, \
+            (progress or SilentProgress()).task(TUNING):
         session = DeviceSession.open(target, profile, progress)
         request = plans.tune_request(source, options, session.key, prompts, only=True,
                                      max_new_tokens=config.calibration_tokens)

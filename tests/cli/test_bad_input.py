@@ -82,13 +82,14 @@ def test_generate_refuses_to_overwrite_replies(bundle_factory, prompts: Path, tm
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     bundle = str(bundle_factory("llama").path)
     replies = tmp_path / "replies.jsonl"
-    replies.write_text("my earlier replies\n")
+    earlier = json.dumps({"id": "old", "input_ids": [1], "output_ids": [2], "text": "x", "stats": {}}) + "\n"
+    replies.write_text(earlier)  # replies an earlier run wrote: --force may replace them (only them)
     with monkeypatch.context() as patched:
         calls = _no_decoding(patched)
         refused = runner.invoke(app, ["generate", bundle, "--prompts", str(prompts), "-o", str(replies)])
         assert refused.exit_code == 2 and "already exists" in _one_line_error(refused.output)
         assert "--force" in refused.output and calls == []
-    assert replies.read_text() == "my earlier replies\n"
+    assert replies.read_text() == earlier
     forced = runner.invoke(app, ["generate", bundle, "--prompts", str(prompts), "-o", str(replies), "-n", "3",
                                  "--force"])
     assert forced.exit_code == 0, forced.output

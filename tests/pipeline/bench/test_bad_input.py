@@ -48,7 +48,7 @@ def test_existing_results_and_users_files(bench_bundle, small_run, tmp_path: Pat
     (tmp_path / "mine" / "notes.md").write_text("mine")
     with pytest.raises(InputError, match=r"not a specdec bundle or bench results directory \(notes.md\)"):
         run_bench(BenchConfig(output=tmp_path / "mine", force=True), bench_bundle)
-    with pytest.raises(InputError, match="overlaps the input"):
+    with pytest.raises(InputError, match="lies inside the input"):
         run_bench(BenchConfig(output=bench_bundle.path / "results"), bench_bundle)
     assert (tmp_path / "mine" / "notes.md").read_text() == "mine"
 

@@ -147,3 +147,22 @@ def test_ctrl_c_cleans_up_the_device(adb_environ, make_standin, bench_bundle, pr
         _reap(device.root)
     assert not list((device.root / "data/local/tmp/specdec").glob("*")), "remote work dir left behind"
     assert not (tmp_path / "out").exists()
+
+
+def _tree(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+def test_a_bench_leaves_nothing_on_the_device(adb_environ, make_standin, bench_bundle_cpu, prompts_file,  # type: ignore[no-untyped-def]
+                                              tmp_path) -> None:
+    """Issue 45: the device's tree after a run equals the tree before it. onnxruntime keeps telemetry state
+    from its import on (`.ses` in $TMPDIR, `.cache/Microsoft/...` in $HOME): the probe and the runner run
+    with it off, the runner's HOME, TMPDIR and caches in the work dir, which goes, and its parent too."""
+    device = make_standin(python=sys.executable)
+    writable = device.root / "data"  # what the runner can write: /data/local/tmp and the rest of /data
+    before = _tree(writable)
+    result = runner.invoke(app, ["bench", str(bench_bundle_cpu.path), "--device", "adb", "--serial", device.serial,
+                                 "--prompts", str(prompts_file), "--limit", "1", "-n", "4", "--python", "python3",
+                                 "-o", str(tmp_path / "out"), "--no-cooldown", "--no-tune"])
+    assert result.exit_code == 0, result.output
+    assert _tree(writable) == before, f"left on the device: {sorted(_tree(writable) - before)}"

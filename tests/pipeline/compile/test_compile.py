@@ -213,7 +213,7 @@ def test_schema_2_bundles_run_on_one_context_bucket(bundles, tmp_path: Path) -> 
 
 def test_context_limits(bundles) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundles["compiled"].path)
-    with pytest.raises(GenerationError, match="context is 96"):
+    with pytest.raises(InputError, match="context is 96"):
         engine.generate([5] * 100, DecodeConfig())
     reply = engine.generate([5] * 80, DecodeConfig(max_new_tokens=50))
     assert reply.stop_reason == "max_context"
@@ -224,7 +224,8 @@ def test_context_limits(bundles) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("overrides,message", [
     ({"buckets": (8, 4)}, "increasing"),
     ({"buckets": (0, 4)}, "at least 1"),
-    ({"max_context": 12, "buckets": (4, 8, 16)}, "not larger than the largest bucket"),
+    ({"max_context": 24, "buckets": (4, 8, 32)}, "not larger than the largest bucket"),
+    ({"max_context": 12}, "max_context 12 is too small: a compiled bundle holds at least 20 positions"),
     ({"max_context": 4096}, "exceeds the target's 512 positions"),
     ({"context_buckets": (64, 32)}, "context_buckets must be increasing"),
     ({"context_buckets": (0, 32)}, "at least 1"),

@@ -18,7 +18,7 @@ from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.fused_kv import ROUND_ROWS
 from specdec.pipeline.engine.runner import DynamicRunner
-from specdec.pipeline.errors import GenerationError, InputError
+from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVDtype, KVPolicy
@@ -105,7 +105,7 @@ def test_full_cache_still_stops_at_the_context(bench_bundle_cpu: Bundle) -> None
     engine.eos = set()
     reply = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=400, speculative=False))
     assert reply.stop_reason == "max_context" and len(reply.output_ids) < 128
-    with pytest.raises(GenerationError, match="context"):
+    with pytest.raises(InputError, match="context"):
         engine.generate(list(range(1, 200)), DecodeConfig(max_new_tokens=4))
 
 

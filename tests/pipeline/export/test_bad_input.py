@@ -36,9 +36,10 @@ def test_directory_without_config(pair_factory, tmp_path: Path) -> None:  # type
 
 def test_config_without_weights(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     target, draft = pair_factory("llama")
-    shutil.copy(target / "config.json", tmp_path / "config.json")
+    (tmp_path / "ckpt").mkdir()
+    shutil.copy(target / "config.json", tmp_path / "ckpt" / "config.json")
     with pytest.raises(InputError, match="no weights"):
-        _export(tmp_path, draft, tmp_path / "out")
+        _export(tmp_path / "ckpt", draft, tmp_path / "out")
 
 
 def test_not_a_causal_lm(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

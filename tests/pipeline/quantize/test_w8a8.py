@@ -161,3 +161,17 @@ def test_fused_target_computes_a_single_row_exactly(w8a8) -> None:  # type: igno
         padded = engine.generate(prompt, replace(exact, speculative=False))
         engine.target.single_row_exact = True  # type: ignore[misc]
         assert one_row.output_ids == padded.output_ids == engine.generate(prompt, exact).output_ids
+
+
+def test_a_tree_near_the_context_end_fits_the_rotary_tables(w8a8) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45: GroupQueryAttention checks a call's rows and its pad row against the rotary tables (`max_context`
+    rows), so the fused target's usable context ends one slot earlier; a reply near it used to die mid-generation
+    in the tree layout (onnxruntime: "cos_cache dimension 0 shall not be less than total_sequence_length")."""
+    _, _, fused = w8a8
+    engine = Engine(fused.path)
+    assert engine.target.max_context == fused.manifest.buckets.max_context - 1  # type: ignore[union-attr]
+    prompt = list(range(5, 5 + engine.max_context - 12))
+    replies = [engine.generate(prompt, DecodeConfig(max_new_tokens=30, exact_layout=layout, speculative=speculate))
+               for layout, speculate in ((False, True), (True, True), (True, False))]
+    assert {reply.stop_reason for reply in replies} == {"max_context"}
+    assert replies[0].output_ids == replies[1].output_ids == replies[2].output_ids
