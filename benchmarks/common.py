@@ -20,7 +20,7 @@ def cached(path: Path, build: Callable[[], Bundle]) -> Bundle:
 
 def demo_bundle() -> Bundle:
     out = CACHE / "demo-export"
-    return cached(out, lambda: export_bundle(ExportConfig(target="demo", output=out)))
+    return cached(out, lambda: export_bundle(ExportConfig(target="demo-tiny", output=out)))
 
 
 def prompts(count: int = 8) -> list[str]:

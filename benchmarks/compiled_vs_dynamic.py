@@ -6,7 +6,7 @@ buffer of `--max-context` slots), npu with one context bucket (every variant spa
 buffer: the npu flavour before context buckets) and cpu (fused contrib ops, KV in place).
 Prompts of `--prompt-tokens` tokens (the demo prompts joined and cut), greedy decoding. Each
 bundle's speculative output must equal its plain output; whether a flavour's tokens equal the
-dynamic bundle's is reported. The issue 11 target: npu per-round time <= 1.15x dynamic.
+dynamic bundle's is reported. The target: npu per-round time <= 1.15x dynamic.
 
     .venv/bin/python benchmarks/compiled_vs_dynamic.py [--tokens 64 --prompts 8 --prompt-tokens 100 \
         --max-context 512 --context-buckets 128,256,512 --json results/compiled_vs_dynamic.json]

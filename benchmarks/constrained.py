@@ -44,7 +44,7 @@ def demo_bundle() -> Path:
     if not (CACHE / MANIFEST_NAME).is_file():  # the one manifest reader names the file (test_layering)
         from specdec.pipeline.export import ExportConfig, export_bundle
 
-        export_bundle(ExportConfig(target="demo", output=CACHE))
+        export_bundle(ExportConfig(target="demo-tiny", output=CACHE))
     return CACHE
 
 

@@ -21,7 +21,7 @@ neurons and layers contribute zero), so its logits are the demo target's at 1/15
 The defaults take about 38 minutes on 2 cores. They were 2000 steps on 2048 continuations (10 min):
 held-out agreement 0.754, on-policy mean chain 3.07; the agreement was still rising when the
 learning rate ran out, and three times the steps on four times the target's text give 0.777 and
-3.24 (benchmarks/RESULTS.md, 2026-12-05).
+3.24 (benchmarks/RESULTS-archive.md, 2026-12-05).
 
 Writes `OUT` (a Hugging Face checkpoint, float16 safetensors, with the demo tokenizer) and
 `OUT/distill_report.json` (held-out agreement before and after, per-step history, wall time).
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import demo_train_lib as lib  # noqa: E402
 
-from specdec.pipeline.export.checkpoint import demo_dir  # noqa: E402
+from specdec.pipeline.checkpoints.builtin import tiny_dir as demo_dir  # noqa: E402
 
 
 def layer_skip_init(target: lib.LlamaForCausalLM, layers: int) -> lib.LlamaForCausalLM:

@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import demo_train_lib as lib  # noqa: E402
 from realistic import write_pair  # noqa: E402
 
+from specdec.pipeline.checkpoints.builtin import tiny_dir as demo_dir  # noqa: E402
 from specdec.pipeline.draft import DraftConfig, make_draft  # noqa: E402
 from specdec.pipeline.draft.distill import CHAIN, continue_rows  # noqa: E402
-from specdec.pipeline.export.checkpoint import demo_dir  # noqa: E402
 
 SPECDEC = str(Path(sys.executable).with_name("specdec"))
 

@@ -149,10 +149,10 @@ def graph_row(fmt: Format, target_dir: Path, threads: int, workdir: Path) -> dic
     from specdec.pipeline.compile.fused.builder import build_decoder
     from specdec.pipeline.compile.fused.validate import graph_info_for
     from specdec.pipeline.compile.fused.weights import DecoderLayer, Linear, QuantWeight, read_decoder
+    from specdec.pipeline.engine.bundle_info import read_bundle
     from specdec.pipeline.engine.fused import FusedRunner
     from specdec.pipeline.engine.graph import SessionOptions
     from specdec.pipeline.engine.invariance import measure
-    from specdec.pipeline.engine.manifest import read_bundle
     from specdec.pipeline.engine.runner import causal, no_scratch
 
     info = read_bundle(target_dir)

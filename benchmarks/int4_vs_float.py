@@ -49,7 +49,8 @@ def main() -> None:
     args = parser.parse_args()
     exported = demo_bundle()
     out = CACHE / f"demo-int4-{args.method}"
-    quantized = cached(out, lambda: quantize_bundle(QuantizeConfig(output=out, method=args.method), exported))
+    quantized = cached(out, lambda: quantize_bundle(QuantizeConfig.from_text(output=out, format="nbits",
+                                                                             method=args.method), exported))
     codec = TextCodec(exported.tokenizer_dir)
     ids = [codec.encode(t) for t in prompts(args.prompts)]
     floating = measure(exported.path, ids, args.tokens)

@@ -35,6 +35,7 @@ from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.memory import peak_rss_kb, reset_peak
 from specdec.pipeline.inputs.text import TextCodec
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
@@ -97,7 +98,7 @@ def main() -> None:
                "npu_window": _engine(ring, args.threads)}
     report: dict[str, Any] = {"bundle": str(source.path), "max_context": args.max_context, "sinks": args.sinks,
                               "window": args.window, "tokens": args.tokens,
-                              "kv_quality": {name: bundle.manifest.reports["compile"]["kv_quality"]
+                              "kv_quality": {name: dump(bundle.manifest.reports)["compile"]["kv_quality"]
                                              for name, bundle in (("window", window), ("int8", int8),
                                                                   ("float16", half), ("npu_window", ring))}}
     for name in ("window", "npu_window"):

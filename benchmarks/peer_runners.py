@@ -69,13 +69,15 @@ def specdec_decoder(job: dict[str, Any]) -> Decode:
     """Settings as `specdec generate` resolves them: the bundle's plan for this machine, its requirements."""
     from specdec.pipeline.bundle.store import Bundle
     from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+    from specdec.pipeline.settings.decode_options import DecodeOptions
     from specdec.pipeline.settings.profiles import load_device
 
     threads = int(job["threads"])
     bundle = Bundle.load(job["model"])
     engine = Generator(bundle, threads=threads).engine
     engine.eos = set()  # like the peers' min_length: exactly `new` tokens per prompt
-    request = GenerateConfig(max_new_tokens=int(job["new_tokens"]), threads=threads, **job.get("decode", {}))
+    request = GenerateConfig(threads=threads, decode=DecodeOptions(max_new_tokens=int(job["new_tokens"]),
+                                                                   **job.get("decode", {})))
     config = generate_settings(request, bundle, load_device("local-cpu"), None).config
 
     def decode(prompt: list[int]) -> list[int]:

@@ -71,7 +71,7 @@ class Config:
 
 def checkpoints(target: str, draft: str) -> tuple[Path, Path]:
     if target == "demo":
-        from specdec.pipeline.export.checkpoint import demo_dir
+        from specdec.pipeline.checkpoints.builtin import tiny_dir as demo_dir
 
         return demo_dir("target"), demo_dir("draft")
     return realistic_pair(draft, wide=target == "wide")
@@ -130,6 +130,7 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, wanted:
     from specdec.pipeline.export import ExportConfig, export_bundle
     from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
     from specdec.pipeline.quantize.config import Method, WeightFormat
+    from specdec.pipeline.records.codec import dump
     from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
     from specdec.pipeline.tune import TuneConfig, tune_bundle
 
@@ -171,8 +172,8 @@ def specdec_bundles(target: Path, draft: Path, root: Path, threads: int, wanted:
 
     def quantized_cpu(name: str) -> Bundle:
         cache, settings = quantized[name]
-        bundle = cached(cache, lambda p: quantize_bundle(QuantizeConfig(output=p, **settings), surgered()))
-        reports[name] = bundle.manifest.reports.get("quantize")
+        bundle = cached(cache, lambda p: quantize_bundle(QuantizeConfig.from_text(output=p, **settings), surgered()))
+        reports[name] = dump(bundle.manifest.reports).get("quantize")
         return cpu(f"cpu-{cache}" + ("-fp32" if name.endswith("fp32") else ""), bundle)
 
     for name in quantized:

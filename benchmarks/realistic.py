@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdec.pipeline.export.checkpoint import demo_dir
+from specdec.pipeline.checkpoints.builtin import tiny_dir as demo_dir
 
 
 def grow(layers: int = 24, intermediate: int = 3072, seed: int = 0, hidden: int | None = None) -> Any:

@@ -26,6 +26,7 @@ from specdec.pipeline.engine.stats import STAGES
 from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import DecodeConfig
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
 
 
@@ -63,8 +64,8 @@ def main() -> None:
     bundle = Bundle.load(args.bundle)
     engine = Generator(bundle, threads=args.threads).engine
     engine.eos = set()  # exactly --tokens per reply, as peers.py
-    settings = generate_settings(GenerateConfig(max_new_tokens=args.tokens, threads=args.threads), bundle,
-                                 load_device("local-cpu"), None)
+    settings = generate_settings(GenerateConfig(threads=args.threads, decode=DecodeOptions(max_new_tokens=args.tokens)),
+                                 bundle, load_device("local-cpu"), None)
     speculative = settings.config
     plain = dataclasses.replace(speculative, speculative=False)
     print(f"plan: speculative {speculative.speculative}, drafter {speculative.drafter.value}, "

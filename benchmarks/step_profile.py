@@ -63,13 +63,14 @@ def _specdec(bundle: str, prompts: list[list[int]], tokens: int, threads: int, o
              ) -> list[tuple[float, float]]:
     from specdec.pipeline.bundle.store import Bundle
     from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+    from specdec.pipeline.settings.decode_options import DecodeOptions
     from specdec.pipeline.settings.profiles import load_device
 
     loaded = Bundle.load(bundle)
     engine = Generator(loaded, threads=threads).engine
     engine.eos = set()  # every reply decodes `tokens` tokens
-    request = GenerateConfig(max_new_tokens=tokens, speculative=False, threads=threads,
-                             exact_layout=False if one_row else None)
+    request = GenerateConfig(threads=threads, decode=DecodeOptions(max_new_tokens=tokens, speculative=False,
+                                                                   exact_layout=False if one_row else None))
     config = generate_settings(request, loaded, load_device("local-cpu"), None).config
 
     def one(prompt: list[int]) -> tuple[float, float]:

@@ -51,7 +51,7 @@ def cpu_bundle(name: str, source: Bundle, int4_draft: bool = False) -> Bundle:
     if int4_draft:  # the draft alone at 4 bits, int8 compute; the target (and so the output) stays float
         name = f"{name}-int4-draft"
         quantized = CACHE / f"{name}-quantize"
-        surgered = cached(quantized, lambda: quantize_bundle(QuantizeConfig(
+        surgered = cached(quantized, lambda: quantize_bundle(QuantizeConfig.from_text(
             output=quantized, graphs=("draft",), method=Method.rtn, symmetric=True, accuracy_level=4), surgered))
     out = CACHE / f"{name}-cpu"
     return cached(out, lambda: compile_bundle(CompileConfig(output=out, target=GraphFlavour.cpu,

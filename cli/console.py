@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import signal
+import sys
 import threading
 import time
 import traceback
@@ -25,8 +27,9 @@ from rich.progress import (
 )
 from rich.progress import Progress as RichProgressBar
 
-from specdec.pipeline.bundle.staging import is_write_error, write_error
-from specdec.pipeline.errors import InputError, SpecdecError
+from specdec.pipeline.bundle.locks import release_outputs
+from specdec.pipeline.bundle.write_errors import is_write_error, stray_write_error, written_path
+from specdec.pipeline.errors import InputError, Interrupted, SpecdecError
 
 out = Console()
 err = Console(stderr=True)
@@ -43,6 +46,15 @@ def refresh_width() -> None:
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit():
         out.width = err.width = int(columns)
+
+
+def tolerant_streams() -> None:
+    """Text stdout cannot encode (an ASCII-only terminal, PYTHONIOENCODING=ascii) is written as escapes
+    (`\\xe9`), as Python already does on stderr, instead of failing the command half-way through a reply."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) == "strict":
+            reconfigure(errors="backslashreplace")
 
 
 # One style for every message to people, whether a command prints it or library code logs it:
@@ -130,23 +142,96 @@ def _as_specdec_error(exc: BaseException) -> SpecdecError | None:
     if isinstance(exc, MemoryError):  # numpy, or onnxruntime's std::bad_alloc as pybind11 maps it
         return SpecdecError("out of memory", "free memory (other processes), or ask for less: quantize "
                             "--calib-samples/--calib-seq-len, compile fewer buckets, bench fewer --threads")
-    if isinstance(exc, OSError) and is_write_error(exc) and exc.filename is not None:
-        return write_error(exc, os.fsdecode(exc.filename))
+    if isinstance(exc, OSError) and is_write_error(exc) and (name := written_path(exc)) is not None:
+        return stray_write_error(exc, name)
     if isinstance(exc, OSError) and is_write_error(exc):
         return InputError(f"cannot write: {exc.strerror}", "free space or choose a writable output")
     return None
 
 
+# Signals that stop a command: Ctrl-C, `kill`/`timeout`/a CI runner's cancel, a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def _interruptible() -> Iterator[list[KeyboardInterrupt]]:
+    """SIGTERM and SIGHUP stop the command the way Ctrl-C does: they raise `Interrupted`, which unwinds
+    through every staged output and device session (their cleanup runs), instead of killing the process
+    with its hidden partial files in place.
+
+    A signal that lands while Python runs a finaliser (`__del__`, a weakref callback) is "ignored" there:
+    Python prints its traceback and carries on. Those are collected instead (the yielded list) and end
+    the command once it returns, with no traceback."""
+    swallowed: list[KeyboardInterrupt] = []
+    if threading.current_thread() is not threading.main_thread():  # signal.signal works in the main thread only
+        yield swallowed
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    previous_hook = sys.unraisablehook
+
+    def unraisable(hook_args: Any) -> None:
+        if isinstance(hook_args.exc_value, KeyboardInterrupt):
+            swallowed.append(hook_args.exc_value)
+        else:
+            previous_hook(hook_args)
+
+    saved = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    sys.unraisablehook = unraisable
+    try:
+        yield swallowed
+    finally:
+        sys.unraisablehook = previous_hook
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
+def ignore_stop_signals() -> None:
+    """The command's outcome is decided and printed: a signal while the interpreter shuts down must not
+    add a traceback after it (or turn a success into a failure)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _not_utf8(value: object) -> str | None:
+    """`value` (an argument) as printable text if it holds bytes that are not UTF-8, else None."""
+    items = value if isinstance(value, list | tuple) else [value]
+    for item in items:
+        text = os.fspath(item) if isinstance(item, os.PathLike) else item
+        if isinstance(text, str) and any("\udc80" <= ch <= "\udcff" for ch in text):
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return None
+
+
+def check_arguments(arguments: Mapping[str, Any], flags: Mapping[str, str]) -> None:
+    """Arguments must be UTF-8: a path or text with other bytes (`$'\\xff'`) reaches onnxruntime and the
+    tokenizer, which take UTF-8 only, so it is refused here in one line rather than failing half-way."""
+    for name, value in arguments.items():
+        shown = _not_utf8(value)
+        if shown is not None:
+            what = flags.get(name, name.upper())
+            raise InputError(f"{what} '{shown}' is not valid UTF-8",
+                             "rename the file or directory (or re-type the text) in UTF-8")
+
+
 def guarded(command: F) -> F:
     """Map SpecdecError (and OSErrors of writes, running out of memory) to one line on stderr and its exit
-    code; Ctrl-C to exit 130."""
+    code; Ctrl-C, SIGTERM and SIGHUP to exit 128 + the signal's number, after the same cleanup."""
 
     flags = command_flags(command)
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
+            with _interruptible() as swallowed:
+                check_arguments(kwargs, flags)
+                result = command(*args, **kwargs)
+            if swallowed:
+                raise swallowed[0]
+            return result
         except (SpecdecError, OSError, MemoryError) as caught:
             exc = _as_specdec_error(caught)
             if exc is None:
@@ -155,9 +240,13 @@ def guarded(command: F) -> F:
                 err.print(traceback.format_exc(), markup=False, highlight=False)
             err.print(f"[bold red]error:[/] {escape(error_line(exc, flags))}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            err.print("[yellow]interrupted[/]: partial output was removed")
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as caught:
+            signum = caught.signum if isinstance(caught, Interrupted) else signal.SIGINT
+            err.print(f"[yellow]interrupted[/] ({signal.Signals(signum).name}): nothing half-written was left",
+                      highlight=False)
+            raise typer.Exit(128 + signum) from None
+        finally:
+            release_outputs()
 
     return wrapper  # type: ignore[return-value]
 

@@ -1,4 +1,4 @@
-"""`specdec devices`: what adb sees, and whether each device can run the benchmark."""
+"""`specdec devices`: what adb sees, and whether each device (or each of a fleet) can run the benchmark."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from specdec.pipeline.devices.adb_client import STATE_FIXES, AdbDeviceEntry
 from specdec.pipeline.devices.base import DeviceInfo
 from specdec.pipeline.devices.registry import list_adb_devices
 from specdec.pipeline.errors import DeviceError
-from specdec.pipeline.portable.archive import find_current
-from specdec.pipeline.portable.remote import present
+from specdec.pipeline.ondevice.readiness import Readiness, check_fleet, runtime_status
+from specdec.pipeline.settings.fleet import FleetFile, fleet_from
 from specdec.pipeline.settings.profiles import DEFAULT_PROFILES, Transport, load_device
 
 
@@ -31,19 +31,12 @@ def _probe(entry: AdbDeviceEntry, python: str, host: str | None, port: int | Non
     try:
         device = AdbDevice(serial=entry.serial, adb_host=host, adb_port=port)
         info = device.info(python)
-        row["runtime"] = _runtime_status(present(device), info.abi)
+        row["runtime"] = dataclasses.asdict(runtime_status(device, info.abi))
     except DeviceError as exc:  # one broken device must not hide the others
         row["error"] = exc.one_line()
         return row
     row["info"] = info
     return row
-
-
-def _runtime_status(on_device: dict[str, str], abi: str | None) -> dict[str, Any]:
-    """Which portable runtimes the device holds, and whether this machine's current one is among them."""
-    current = find_current(abi) if abi else None
-    return {"present": sorted(on_device), "current": current.id if current else None,
-            "current_present": bool(current and on_device.get(current.id) == current.sha256)}
 
 
 def _runtime_cell(status: dict[str, Any] | None) -> str:
@@ -100,23 +93,58 @@ def _as_json(row: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def render_fleet(rows: list[Readiness]) -> None:
+    table = Table(title="fleet devices", title_justify="left")
+    for column in ("device", "serial", "adb server", "profile", "model", "ABI", "runs with", "ready"):
+        table.add_column(column, no_wrap=column in ("device", "serial"))
+    for row in rows:
+        info = row.info
+        runs_with = row.runs_with or "-"
+        if row.runs_with == "portable" and row.runtime is not None:
+            runs_with += " (present)" if row.runtime.current_present else " (the bench pushes it once)"
+        verdict = "[green]ready[/]" if row.ready else f"[red]{escape(row.problem or '')}[/]"
+        table.add_row(escape(row.label), escape(row.serial), escape(row.server or "local"), escape(row.profile),
+                      escape(info.model) if info else "-", (info.abi or "-") if info else "-", runs_with, verdict)
+    out.print(table)
+
+
+def _check_fleet(fleet: FleetFile, as_json: bool) -> None:
+    rows = check_fleet(fleet)
+    if as_json:
+        out.print_json(json.dumps([dataclasses.asdict(row) | {"ready": row.ready} for row in rows], default=str))
+    else:
+        render_fleet(rows)
+    failing = [row.label for row in rows if not row.ready]
+    if failing:
+        raise DeviceError(f"{len(failing)} of {len(rows)} fleet devices are not ready: {', '.join(failing)}",
+                          "fix them as the table says, or drop them from the fleet")
+
+
 def devices(
     serial: options.Serial = None,
     adb_host: options.AdbHost = None,
     adb_port: options.AdbPort = None,
+    fleet: options.Fleet = None,
+    profile: options.Profile = None,
     python: options.Python = None,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """List what adb sees (only --serial's device when given): model, Android, ABI, battery, the device's Python
-    and the portable runtime on it."""
-    python = python or load_device(DEFAULT_PROFILES[Transport.adb]).runtime.python
+    """List adb devices: model, Android, ABI, battery, device Python, portable runtime.
+
+    With --serial, only those devices. With --fleet: check every device of a fleet file (reachable on its adb
+    server, ABI, its Python or the portable runtime) before a long run; exit 8 when one is not ready."""
+    if fleet is not None:
+        _check_fleet(fleet_from(fleet, serial or [], profile=profile, host=adb_host, port=adb_port), as_json)
+        return
+    python = python or load_device(profile or DEFAULT_PROFILES[Transport.adb]).runtime.python
     entries = list_adb_devices(adb_host=adb_host, adb_port=adb_port)
     if serial:
         listed = ", ".join(e.serial for e in entries) or "none"
-        entries = [e for e in entries if e.serial == serial]
-        if not entries:
-            raise DeviceError(f"device '{serial}' is not attached (attached: {listed})",
-                              f"check `adb devices -l`; for a network device run `adb connect {serial}`")
+        missing = [s for s in serial if s not in {e.serial for e in entries}]
+        if missing:
+            raise DeviceError(f"device '{missing[0]}' is not attached (attached: {listed})",
+                              f"check `adb devices -l`; for a network device run `adb connect {missing[0]}`")
+        entries = [e for e in entries if e.serial in serial]
     rows = [_probe(entry, python, adb_host, adb_port) for entry in entries]
     if as_json:
         out.print_json(json.dumps([_as_json(row) for row in rows], default=str))

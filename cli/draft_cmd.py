@@ -42,8 +42,8 @@ def draft_table(report: dict[str, Any]) -> Table:
 
 
 def draft(
-    target: Annotated[str, typer.Argument(help="Target checkpoint directory (llama, mistral, qwen2, qwen3), or "
-                                               "'demo'.")],
+    target: Annotated[str, typer.Argument(help="Target checkpoint directory or .gguf file (llama, mistral, qwen2, "
+                                               "qwen3), or a built-in: 'demo', 'demo-tiny'.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Draft checkpoint directory to write.")],
     size: float = typer.Option(None, "--size", help="Draft's share of the target's decoder-layer weights, used for "
                                                     "what --layers/--ffn leave open (default 0.1)."),
@@ -53,7 +53,7 @@ def draft(
                                                     "importance (default: all)."),
     ffn: int = typer.Option(None, "--ffn", help="FFN channels to keep per layer, a multiple of 64 (default: those "
                                                 "holding 99% of the measured importance)."),
-    calib: options.Calib = None,
+    calib: options.CalibText = None,
     minutes: float = typer.Option(None, "--minutes", help="Time budget of the whole run, in minutes (default 15 "
                                                           "unless --steps is given)."),
     steps: int = typer.Option(None, "--steps", help="Distillation steps (with --minutes: at most this many)."),
@@ -64,7 +64,11 @@ def draft(
                                                         "options): the weights equal an uninterrupted run's."),
     force: options.Force = False,
 ) -> None:
-    """Make a draft from the target: prune it at the target's width, then distil it on the target's own text."""
+    """Make a draft from the target: structured pruning, then distillation, sharing the target's tensors.
+
+    The draft is pruned at the target's width and distilled on the target's own text; its embedding,
+    final norm and head are the target's tensors, so `export` stores them once. --calib adds your text
+    to the target's own (default: none); --seed fixes the target's text and the training order."""
     config = options.config_from(DraftConfig, locals())
     result = make_draft(config, progress=RichProgress())
     err.print(draft_table(result.report))

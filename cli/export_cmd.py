@@ -13,15 +13,17 @@ from specdec.pipeline.export import DType, ExportConfig, export_bundle
 
 
 def export(
-    target: Annotated[str, typer.Argument(help="Target checkpoint directory, hub id, or 'demo' (the built-in pair).")],
+    target: Annotated[str, typer.Argument(
+        help="Target: a Hugging Face checkpoint directory or hub id, a .gguf file (or a directory holding one), "
+             "or a built-in: 'demo' (SmolLM2-135M-Instruct) or 'demo-tiny' (a tiny pair, for tests).")],
     output: options.BundleOutput,
     draft: str = typer.Option(
         None, "--draft", "-d",
-        help="Draft checkpoint directory: a Hugging Face model, or a feature draft (EAGLE-style, docs/draft.md; the "
-             "target then also outputs its hidden states). Default with 'demo': its draft; otherwise none: a "
+        help="Draft checkpoint directory or .gguf file, or a feature draft (EAGLE-style, docs/draft.md; the target "
+             "then also outputs its hidden states). Default with 'demo-tiny': its draft; otherwise none: a "
              "target-only bundle that speculates with --drafter lookup.",
     ),
-    no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo')."),
+    no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo-tiny')."),
     opset: int = typer.Option(18, help="ONNX opset."),
     dtype: DType = typer.Option(DType.float32, help="Weight and activation dtype of the graphs."),
     force: options.Force = False,
@@ -35,11 +37,12 @@ def export(
              "head keeps; it then proposes only those, and the target still verifies over every token. A feature "
              "draft carries its own."),
 ) -> None:
-    """Export a Hugging Face target (+ draft, or a feature draft) to a validated ONNX bundle."""
+    """Export a Hugging Face or GGUF target (and draft, or a feature draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
                           force=force, validate=validate, share_tensors=share_tensors, draft_vocab=draft_vocab)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))
-    report = bundle.manifest.reports.get("export", {}).get("validation")
+    export = bundle.manifest.reports.export
+    report = export.validation if export is not None else None
     if isinstance(report, dict):
         worst = max((c["max_abs_diff"] for r in report.values() for c in r["checks"]), default=0.0)
         err.print(f"[green]validated[/]: ONNX matches PyTorch (max |diff| {worst:.2g})")

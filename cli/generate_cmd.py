@@ -12,6 +12,7 @@ from rich.table import Table
 
 from specdec.cli import options
 from specdec.cli.console import RichProgress, err, note, out, warn
+from specdec.cli.render import narrow
 from specdec.pipeline.bundle.staging import StagedFile
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.errors import InputError
@@ -29,11 +30,14 @@ from specdec.pipeline.settings.resolve import parse_controllers
 
 def _stats_table(rows: list[tuple[str, dict[str, Any]]], by_source: bool) -> Table:
     """Per-reply statistics; `by_source` adds accepted/proposed nodes of the model and of prompt lookup
-    (only when lookup drafts: with the model alone they repeat the acceptance column)."""
+    (only when lookup drafts: with the model alone they repeat the acceptance column). Under
+    render.NARROW columns the table keeps the columns people compare (tokens, acceptance, speed, stop)."""
     table = Table(title="generation statistics", title_justify="left")
     sources = ("model", "lookup") if by_source else ()
-    columns = ("prompt", "tokens", "rounds", "mean accepted", "acceptance α",
-               *(f"{name} acc/prop" for name in sources), "TTFT ms", "total ms", "tok/s", "stop")
+    short = narrow(err)
+    columns = (("prompt", "tokens", "mean accepted", "α", "tok/s", "stop") if short else
+               ("prompt", "tokens", "rounds", "mean accepted", "acceptance α",
+                *(f"{name} acc/prop" for name in sources), "TTFT ms", "total ms", "tok/s", "stop"))
     for column in columns:
         # prompt ids are what people look for: never cut them, let the numbers wrap their headers instead
         table.add_column(column, justify="right" if column not in ("prompt", "stop") else "left",
@@ -41,12 +45,15 @@ def _stats_table(rows: list[tuple[str, dict[str, Any]]], by_source: bool) -> Tab
     for prompt_id, s in rows:
         rate = s["new_tokens"] / (s["total_ms"] / 1e3) if s["total_ms"] else 0.0
         speculated = bool(s.get("speculative_rounds"))  # no speculative round: acceptance is undefined, not 0
-        counts = [f"{s['by_source'][name]['accepted']}/{s['by_source'][name]['proposed']}" if speculated else "—"
-                  for name in sources]
-        table.add_row(escape(prompt_id), str(s["new_tokens"]), str(s["rounds"]),
-                      f"{s['mean_accepted_len']:.2f}" if speculated else "—",
-                      f"{s['acceptance_rate']:.2f}" if speculated else "—", *counts, f"{s['ttft_ms']:.1f}",
-                      f"{s['total_ms']:.1f}", f"{rate:.1f}", s["stop_reason"])
+        values = {"prompt": escape(prompt_id), "tokens": str(s["new_tokens"]), "rounds": str(s["rounds"]),
+                  "mean accepted": f"{s['mean_accepted_len']:.2f}" if speculated else "—",
+                  "TTFT ms": f"{s['ttft_ms']:.1f}", "total ms": f"{s['total_ms']:.1f}", "tok/s": f"{rate:.1f}",
+                  "stop": s["stop_reason"]}
+        values["acceptance α"] = values["α"] = f"{s['acceptance_rate']:.2f}" if speculated else "—"
+        for name in sources:
+            counts = s["by_source"][name]
+            values[f"{name} acc/prop"] = f"{counts['accepted']}/{counts['proposed']}" if speculated else "—"
+        table.add_row(*(values[column] for column in columns))
     return table
 
 
@@ -85,7 +92,10 @@ def generate(
     threads: options.Threads = None,
     stats: bool = typer.Option(False, "--stats", help="Print a statistics table at the end."),
 ) -> None:
-    """Stream text with speculative decoding from any bundle."""
+    """Stream text with speculative decoding from any bundle.
+
+    --prompt streams one reply to the terminal; --prompts FILE.jsonl writes replies to --output.
+    Adaptive controllers run only when named (default: none)."""
     chosen = parse_controllers(controllers) if controllers is not None else ()
     request = options.config_from(GenerateConfig, locals(), controllers=chosen, ban=options.read_ban(ban),
                                   json_schema=options.read_json_schema(json_schema))
@@ -99,7 +109,8 @@ def generate(
         raise InputError("--prompt is empty", "pass some text to continue")
     # Everything that can be checked is checked before the first token: the output (writable, not
     # clobbered), the bundle (every sha256), the settings, the controllers and every prompt.
-    staged = StagedFile(output, force=force) if output is not None else None
+    inputs = (bundle, prompts, ban, json_schema)
+    staged = StagedFile(output, force=force, sources=inputs) if output is not None else None
     items = load_prompts(prompts) if prompts is not None else [PromptItem("prompt", text=prompt)]
     template = load_scenario(request.scenario) if request.scenario else None
     device = load_device(request.profile)
@@ -114,7 +125,8 @@ def generate(
     rows: list[tuple[str, dict[str, Any]]] = []
     if staged is None:
         ids = generator.prepare(items, config, truncate, request.chat)[0]  # checked before the prompt is echoed
-        out.print(prompt, end="", style="dim", highlight=False, markup=False)
+        # a chat reply is the assistant's turn, not a continuation of the user's text: on its own line
+        out.print(prompt, end="\n" if request.chat else "", style="dim", highlight=False, markup=False)
         reply, _ = generator.run(ids, config, controller=controller,
                                  on_text=lambda text: out.print(text, end="", highlight=False, markup=False))
         out.print()

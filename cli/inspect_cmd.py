@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +13,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from specdec.cli.console import out
-from specdec.cli.render import human_bytes, plan_fit_line, plan_table, qdq_lines, quality_table, readiness_table
+from specdec.cli.render import (
+    human_bytes,
+    narrow,
+    plan_fit_line,
+    plan_table,
+    qdq_lines,
+    quality_table,
+    readiness_table,
+    vertical,
+)
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.bundle.summary import summarize
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.records.manifest import GraphQuantization, Quantization
+from specdec.pipeline.records.manifest import CheckpointFormat, GraphQuantization, Quantization
 
 
 def _shape(shape: list[Any]) -> str:
@@ -25,16 +36,14 @@ def _shape(shape: list[Any]) -> str:
 def render(summary: dict[str, Any], bundle: Bundle) -> None:
     out.print(f"[bold]{escape(summary['path'])}[/]  schema {summary['schema_version']}, "
               f"specdec {summary['tool_version']}, stages: {' → '.join(summary['stages'])}, "
-              f"{human_bytes(summary['total_bytes'])}")
-    graphs = Table(title="graphs", title_justify="left")
-    for column in ("role", "file", "architecture", "precision", "layers", "kv heads × dim", "vocab", "params",
-                   "size"):
-        graphs.add_column(column, no_wrap=column in ("role", "file"))
-    for role, g in summary["graphs"].items():
-        graphs.add_row(role, g["file"], g["architecture"], g["precision"], str(g["num_layers"]),
-                       f"{g['num_kv_heads']} × {g['head_dim']}", str(g["vocab_size"]),
-                       f"{g['parameters'] / 1e6:.2f} M", human_bytes(g["bytes"]))
-    out.print(graphs)
+              f"{human_bytes(summary['total_bytes'])}; a runner opens {human_bytes(summary['runner_bytes'])} "
+              "(what bench pushes to a device)")
+    out.print(graph_table(summary["graphs"]))
+    for role, spec in bundle.manifest.graphs.items():
+        origin = spec.source_format
+        kind = "format not recorded" if origin is None else origin.describe() + (
+            f", dequantized to {spec.dtype} on export" if origin.format is CheckpointFormat.gguf else "")
+        out.print(f"{role} from {escape(spec.source)}: {kind}", highlight=False)
     draft = summary.get("draft")
     if draft is not None:
         out.print(draft_line(draft))
@@ -48,7 +57,7 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
     for role, g in summary["graphs"].items():
         io = Table(title=f"{role} inputs / outputs", title_justify="left")
         for column in ("", "name", "dtype", "shape"):
-            io.add_column(column, no_wrap=column == "name")
+            io.add_column(column, no_wrap=column == "name", overflow="fold")
         for kind in ("inputs", "outputs"):
             for row in g[kind]:
                 io.add_row(kind[:-1], row["name"], row["dtype"], _shape(row["shape"]))
@@ -81,8 +90,34 @@ def draft_line(draft: dict[str, Any]) -> str:
         f"feature draft: reads the target's layer {draft['feature_layer']} output (before the final norm, "
         f"width {draft['hidden_size']})")
     vocab = (f"its vocabulary: {draft['vocab_size']} of the target's {draft['target_vocab_size']} tokens "
-             f"({draft['vocab_file']})" if draft["vocab_file"] else "its vocabulary: the target's")
+             f"({escape(draft['vocab_file'])})" if draft["vocab_file"] else "its vocabulary: the target's")
     return f"draft: {kind}; {vocab}"
+
+
+def _files(g: dict[str, Any]) -> str:
+    """The graph's files in the bundle: the exported one, or what a compiled bundle keeps instead of it."""
+    kept = [rel for rel in g["files"] if not rel.endswith(".data") and not rel.endswith(".weights")]
+    if g["file"] in kept:
+        return str(g["file"])
+    shown = ", ".join(kept[:2]) + (f" (+{len(kept) - 2})" if len(kept) > 2 else "")
+    return f"{shown or 'none'} (compiled from {g['file']})"
+
+
+def graph_table(graphs: dict[str, dict[str, Any]]) -> Table:
+    """One row per graph; on a terminal under render.NARROW columns, one block per graph instead."""
+    rows = {role: [("file", _files(g)), ("architecture", g["architecture"]), ("precision", g["precision"]),
+                   ("layers", str(g["num_layers"])), ("kv heads × dim", f"{g['num_kv_heads']} × {g['head_dim']}"),
+                   ("vocab", str(g["vocab_size"])), ("params", f"{g['parameters'] / 1e6:.2f} M"),
+                   ("size", human_bytes(g["bytes"]))] for role, g in graphs.items()}
+    if narrow(out):
+        return vertical("graphs", list(rows.items()))
+    table = Table(title="graphs", title_justify="left")
+    table.add_column("role", no_wrap=True)
+    for label, _ in next(iter(rows.values())):
+        table.add_column(label, no_wrap=label == "file")
+    for role, fields in rows.items():
+        table.add_row(role, *(value for _, value in fields))
+    return table
 
 
 def _compute(quantization: Quantization, graph: GraphQuantization) -> str:
@@ -113,13 +148,13 @@ def render_quantization(bundle: Bundle) -> None:
                       f"{g.summary.get('int4', 0)} / {g.summary.get('int8', 0)} / {g.summary.get('float', 0)}",
                       embeddings or "float")
     out.print(table)
-    quality = bundle.manifest.reports.get("quantize")
-    if isinstance(quality, dict) and "graphs" in quality:
+    quality = bundle.manifest.reports.quantize
+    if quality is not None:
         out.print(quality_table(quality, quantization))
     for name, variant in bundle.manifest.variants.items():  # the target in further weight formats
         size = bundle.manifest.files.get(variant.graph.file)
-        report = quality.get("variants", {}).get(name, {}) if isinstance(quality, dict) else {}
-        ppl = report.get("graphs", {}).get("target", {}).get("perplexity_increase_pct")
+        report = quality.variants.get(name) if quality is not None else None
+        ppl = report.graphs.get("target", {}).get("perplexity_increase_pct") if report is not None else None
         out.print(f"target also in {name} ({variant.format}): {variant.graph.file}"
                   f"{f', {human_bytes(size.size)}' if size else ''}"
                   f"{f', perplexity {ppl:+.2f} %' if ppl is not None else ''}"
@@ -203,16 +238,35 @@ def inspect(
 ) -> None:
     """Summarise a bundle: graphs, inputs/outputs, sizes, lineage, tokenizer."""
     loaded = Bundle.load(bundle)
+    with _readable_reports(bundle), out.capture() as shown:  # all or nothing: no summary cut off by an error
+        _show(loaded, bundle, as_json=as_json, mobile=mobile)
+    out.file.write(shown.get())
+
+
+@contextmanager
+def _readable_reports(bundle: Path) -> Iterator[None]:
+    """A manifest's reports are free-form JSON (`Manifest.reports: dict[str, Any]`, written by the stages and
+    read only for display here): one without the shape a stage writes is a damaged bundle (exit 3), not a
+    traceback. A bundle may come from anyone."""
+    try:
+        yield
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"bundle '{bundle}' holds a report specdec cannot show ({type(exc).__name__}: {exc})",
+                          "re-create the bundle") from None
+
+
+def _show(loaded: Bundle, bundle: Path, *, as_json: bool, mobile: bool) -> None:
     if mobile:
-        report = loaded.manifest.reports.get("compile", {}).get("readiness")
-        if not report:
+        compiled = loaded.manifest.reports.compile
+        report = compiled.readiness if compiled is not None else None
+        if compiled is None or not report:
             raise BundleError(f"bundle '{bundle}' is not compiled, so it has no readiness report",
                               "run `specdec compile` first")
         if as_json:
             out.print_json(json.dumps(report))
         else:
             out.print(readiness_table(report))
-            for line in qdq_lines(loaded.manifest.reports["compile"]):
+            for line in qdq_lines(compiled):
                 out.print(line)
         return
     summary = summarize(loaded)

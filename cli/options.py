@@ -12,7 +12,8 @@ command using one gives it the same default.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -21,17 +22,33 @@ import typer
 from specdec.pipeline.engine.controllers import NAMES as CONTROLLER_NAMES
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
+from specdec.pipeline.settings.fleet import parse_device
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 
 C = TypeVar("C")
 
 
-def config_from(config: type[C], arguments: Mapping[str, Any], **converted: Any) -> C:
-    """`config(**fields)` from a command's arguments named like its fields; unset (None) ones keep the
-    config's defaults. `converted` supplies fields the command parsed itself (a comma list, ...)."""
-    names = {field.name for field in dataclasses.fields(config)}  # type: ignore[arg-type]
-    given = {name: value for name, value in arguments.items() if name in names and value is not None}
-    return config(**(given | converted))
+def config_from(config: type[C], arguments: Mapping[str, Any], *, build: Callable[..., C] | None = None,
+                **converted: Any) -> C:
+    """`config(**fields)` from a command's arguments named like its fields, the fields of a record it
+    embeds flat (`records.codec.FLATTEN`: the DecodeOptions of bench, generate and tune) included;
+    unset (None) ones keep the config's defaults. `converted` supplies fields the command parsed
+    itself (a comma list, ...); `build` is the config's constructor from text where it has one
+    (QuantizeConfig.from_text)."""
+    given = {name: value for name, value in (dict(arguments) | converted).items() if value is not None}
+    return (build or config)(**_fields(config, given))
+
+
+def _fields(record: type, given: Mapping[str, Any]) -> dict[str, Any]:
+    hints = typing.get_type_hints(record)
+    fields: dict[str, Any] = {}
+    for field in dataclasses.fields(record):
+        if field.metadata.get("flatten"):
+            nested = hints[field.name]
+            fields[field.name] = nested(**_fields(nested, given))
+        elif field.name in given:
+            fields[field.name] = given[field.name]
+    return fields
 
 
 def read_ban(path: Path | None) -> tuple[str, ...] | None:
@@ -58,6 +75,18 @@ def _read(path: Path, flag: str) -> str:
         raise InputError(f"--{flag} file '{path}' cannot be read ({exc})", "pass a readable UTF-8 text file") from None
 
 
+def one_device(serials: list[str] | None, adb_host: str | None, adb_port: int | None) -> dict[str, Any]:
+    """A command that runs on one device: its `serial`, `adb_host` and `adb_port` from `-s SERIAL` or
+    `-s HOST:PORT/SERIAL` (which names the adb server too) and -H/-P."""
+    if not serials:
+        return {"serial": None, "adb_host": adb_host, "adb_port": adb_port}
+    if len(serials) > 1:
+        raise InputError(f"--serial is given {len(serials)} times; this command runs on one device",
+                         "pass one --serial (`specdec bench --fleet` runs on several)")
+    entry = parse_device(serials[0], host=adb_host, port=adb_port)
+    return {"serial": entry.serial, "adb_host": entry.host, "adb_port": entry.port}
+
+
 def parse_sizes(text: str | None, key: str) -> tuple[int, ...] | None:
     """`8,24,48` -> (8, 24, 48); `key` names the setting in the error."""
     if text is None:
@@ -75,18 +104,21 @@ def parse_sizes(text: str | None, key: str) -> tuple[int, ...] | None:
 # Every command that writes has `--output/-o`; what it names differs (a bundle, a results directory, a
 # replies file), so only the stages' bundle output is shared.
 BundleOutput = Annotated[Path, typer.Option("--output", "-o", help="Bundle directory to write.")]
-Force = Annotated[bool, typer.Option(
-    "--force", help="Replace the output if it exists (only what specdec wrote; runtime build: build again even "
-                    "when the archive is cached).")]
+Force = Annotated[bool, typer.Option("--force", help="Replace the output if it exists (only what specdec wrote).")]
+Rebuild = Annotated[bool, typer.Option("--force", help="Build again even when the archive is cached.")]
 
 # ---- where to run -----------------------------------------------------------------------------
 
 Device = Annotated[Transport, typer.Option("--device", help="Where to run: local (this machine) or adb (a phone).")]
 Profile = Annotated[str | None, typer.Option(
     "--profile", help="Device profile, a name or a YAML path (default: local-cpu; android-generic with --device adb).")]
-Serial = Annotated[str | None, typer.Option(
-    "--serial", "-s", help="adb serial of the device, as `adb devices` lists it (default: ANDROID_SERIAL, else the "
-                           "only device attached).")]
+Serial = Annotated[list[str] | None, typer.Option(
+    "--serial", "-s", help="adb serial of the device, as `adb devices` lists it, or HOST:PORT/SERIAL for one on "
+                           "another adb server (default: ANDROID_SERIAL, else the only device attached); repeated, "
+                           "several phones side by side (a fleet) where a command takes several.")]
+Fleet = Annotated[Path | None, typer.Option(
+    "--fleet", help="Fleet file (YAML): the devices to run on side by side, each with its serial, adb server "
+                    "(host, port), profile and label (docs/devices.md).")]
 AdbHost = Annotated[str | None, typer.Option("--adb-host", "-H", help="Host of a remote adb server (device farm).")]
 AdbPort = Annotated[int | None, typer.Option("--adb-port", "-P", help="Port of the adb server (default 5037).")]
 Python = Annotated[str | None, typer.Option(
@@ -103,26 +135,26 @@ Threads = Annotated[int | None, typer.Option(
 # ---- what to decode ---------------------------------------------------------------------------
 
 Prompts = Annotated[Path | None, typer.Option(
-    "--prompts", help="JSONL prompts, one {\"id\", \"text\", \"input_ids\" or chat \"messages\"} object per line "
-                      "(bench's default: the demo's held-out prompts).")]
+    "--prompts", help="JSONL prompts, one {\"id\", \"text\", \"input_ids\" or chat \"messages\"} object per line.")]
 Chat = Annotated[bool, typer.Option(
     "--chat", help="Apply the bundle's chat template (from the checkpoint's tokenizer files): each text prompt is one "
                    "user message. Prompt-file lines with \"messages\" always use it.")]
-Calib = Annotated[Path | None, typer.Option(
-    "--calib", help="Calibration data. bench/tune: prompts to tune on (JSONL; default: held-out prompts the run "
-                    "does not measure); quantize: text, or JSONL with 'text' or 'input_ids' lines (default: built-in "
-                    "text); draft: such text to distil on besides the target's own (default: none).")]
+# `--calib` means prompts to a command that tunes, and text to one that calibrates weights: one option each
+CalibPrompts = Annotated[Path | None, typer.Option(
+    "--calib", help="JSONL prompts to calibrate the tree plan on (default: held-out prompts the run does not "
+                    "measure).")]
+CalibText = Annotated[Path | None, typer.Option(
+    "--calib", help="Calibration text: plain text, or JSONL with 'text' or 'input_ids' lines; 32 tokens or more.")]
 Scenario = Annotated[str | None, typer.Option(
     "--scenario", help="Scenario template: code, chat, creative, knowledge (or a YAML path).")]
 MaxNewTokens = Annotated[int | None, typer.Option(
-    "--max-new-tokens", "-n", help="Tokens per reply at most (default 64; tune: 48 per calibration reply).")]
+    "--max-new-tokens", "-n", help="Tokens per reply at most (default 64).")]
 Temperature = Annotated[float | None, typer.Option(
-    "--temperature", help="0 = greedy (bench compares the outputs for losslessness); > 0 samples (default 0).")]
+    "--temperature", help="0 = greedy; > 0 samples from the target's distribution (default 0).")]
 Mode = Annotated[VerifyMode | None, typer.Option(
     "--mode", help="Verification: greedy (temperature 0), match or rrs (sampling; default match).")]
 Seed = Annotated[int | None, typer.Option(
-    "--seed", help="Random seed (default 0): decoding's Philox generator, reproducible across machines; quantize's "
-                   "sampling of calibration windows; draft: the target's text and the training order.")]
+    "--seed", help="Random seed (default 0): the same seed and inputs give the same result, on any machine.")]
 
 # ---- the tree (default: the tuned plan's, else the scenario's, else the profile's) --------------
 
@@ -135,8 +167,7 @@ Width = Annotated[int | None, typer.Option(
     "--width", help="Frontier nodes the draft expands per level (default: the plan's, scenario's or profile's).")]
 Drafter = Annotated[DrafterKind | None, typer.Option(
     "--drafter", help="Who drafts: model, lookup (prompt lookup, no model call) or model+lookup (default: the plan's, "
-                      "scenario's or profile's, else model; lookup on bundles without a draft graph). tune plans for "
-                      "this drafter only.")]
+                      "scenario's or profile's, else model; lookup on bundles without a draft graph).")]
 LookupMaxNgram = Annotated[int | None, typer.Option(
     "--lookup-max-ngram", help="Longest context suffix prompt lookup matches (default 3).")]
 LookupMinNgram = Annotated[int | None, typer.Option(
@@ -148,7 +179,7 @@ ExactLayout = Annotated[bool | None, typer.Option(
          "int8-compute bundles, else trees).")]
 Controllers = Annotated[str | None, typer.Option(
     "--controllers", help=f"Adaptive controllers: all, none, or a comma list of {','.join(CONTROLLER_NAMES)} "
-                          "(default: bench fallback,thermal,power; generate none).")]
+                          "(default: the command's, in its help).")]
 
 # ---- constrained decoding (docs/constrained.md) -------------------------------------------------
 

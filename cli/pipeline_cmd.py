@@ -18,7 +18,9 @@ def pipeline(
                                 help="Root directory of the stage outputs (overrides the file)."),
     no_bench: bool = typer.Option(False, "--no-bench", help="Stop after compile."),
 ) -> None:
-    """Run export -> surgery -> quantize -> compile -> bench, reusing stages whose inputs did not change."""
+    """export → surgery → quantize → compile → bench from one YAML (default: the demo pair).
+
+    Each stage writes OUTPUT/NN-stage/; a stage whose inputs and settings did not change is reused."""
     config = load_config(config_file, output=output)
     if no_bench:
         config = config.without("bench")
@@ -27,11 +29,11 @@ def pipeline(
     def report(stage: str, bundle: Bundle, reused: bool) -> None:
         verb = "reused" if reused else "built"
         err.print(f"[green]✓[/] {stage}: {verb} [bold]{bundle.path}[/]")
-        quality = bundle.manifest.reports.get("quantize") if stage == "quantize" else None
-        if quality and bundle.manifest.quantization is not None:
-            err.print(quality_table(quality, bundle.manifest.quantization))
-        if stage == "compile" and not reused:
-            for text in bundle.manifest.reports.get("compile", {}).get("notes", []):
+        reports = bundle.manifest.reports
+        if stage == "quantize" and reports.quantize is not None and bundle.manifest.quantization is not None:
+            err.print(quality_table(reports.quantize, bundle.manifest.quantization))
+        if stage == "compile" and not reused and reports.compile is not None:
+            for text in reports.compile.notes:
                 note(text)
 
     bundle, outcome = run_pipeline(config, RichProgress(stage="pipeline"), report)

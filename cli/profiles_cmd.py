@@ -11,7 +11,12 @@ from rich.table import Table
 from specdec.cli.console import guarded, out
 from specdec.pipeline.settings import profiles
 
-app = typer.Typer(help="Device profiles and scenario templates (validated YAML in profiles/).", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.callback()
+def profiles_group() -> None:
+    """Device profiles and scenario templates (validated YAML in profiles/): list, show."""
 
 
 def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], descriptions: list[str]) -> None:
@@ -29,9 +34,10 @@ def _table(title: str, columns: tuple[str, ...], rows: list[tuple[str, ...]], de
             out.print(f"  [bold]{row[0]}[/]: {description}", highlight=False)
 
 
-@app.command("list", help="List the built-in device profiles and scenario templates.")
+@app.command("list")
 @guarded
 def list_profiles() -> None:
+    """List the built-in device profiles and scenario templates."""
     devices = [profiles.load_device(name) for name in profiles.builtin_names("device")]
     _table("device profiles", ("name", "transport", "SoC", "threads / mask", "max context", "buckets"),
            [(p.name, p.transport.value, p.soc or "—", f"{p.runtime.threads} / {p.runtime.cpu_mask or '—'}",
@@ -44,12 +50,13 @@ def list_profiles() -> None:
            [s.description for s in scenarios])
 
 
-@app.command("show", help="Print one profile (built-in name or YAML path) with every field, validated.")
+@app.command("show")
 @guarded
 def show(
     name: str = typer.Argument(..., help="Profile or scenario name, or a YAML path."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of YAML."),
 ) -> None:
+    """Print one profile (built-in name or YAML path) with every field, validated."""
     kind = "scenario" if name in profiles.builtin_names("scenario") else "device"
     profile = profiles.load(name, kind)
     data = json.loads(profile.model_dump_json())

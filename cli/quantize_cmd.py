@@ -13,7 +13,6 @@ from specdec.cli.render import quality_table
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.records.manifest import MIXED_FORMAT
-from specdec.pipeline.settings.profiles import DEFAULT_PROFILES, Transport
 
 
 def quantize(
@@ -57,7 +56,7 @@ def quantize(
                                               "onnxruntime-genai quantizes every block to 4)."),
     keep_float: list[str] = typer.Option(None, "--keep-float",
                                          help="Layer name pattern (fnmatch) to keep float; repeatable."),
-    calib: options.Calib = None,
+    calib: options.CalibText = None,
     calib_samples: int = typer.Option(128, "--calib-samples", help="Calibration windows."),
     calib_seq_len: int = typer.Option(128, "--calib-seq-len", help="Tokens per calibration window."),
     eval_file: Path = typer.Option(None, "--eval", help="Text for perplexity (default: held-out calibration slice)."),
@@ -84,24 +83,26 @@ def quantize(
     seed: options.Seed = None,
     force: options.Force = False,
 ) -> None:
-    """Quantize target and draft weights (INT4/INT8 MatMulNBits with RTN, GPTQ or AWQ, or w8a8) with a quality
-    report."""
-    config = options.config_from(QuantizeConfig, locals(), keep_float=tuple(keep_float or ()),
-                                 profile=profile or DEFAULT_PROFILES[Transport.local])
+    """Quantize the weights (the profile's format: w8a8 on local-cpu; or nbits, or mixed) with a quality report.
+
+    w8a8: per-channel int8 weights × per-row uint8 activations (MatMulInteger, RTN); nbits: int4
+    MatMulNBits with an int8 head and first block (AWQ, GPTQ or RTN); mixed: one of the two per
+    layer class. --calib defaults to the built-in text; --seed chooses its calibration windows."""
+    config = options.config_from(QuantizeConfig, locals(), build=QuantizeConfig.from_text,
+                                 keep_float=tuple(keep_float or ()))
     result = quantize_bundle(config, Bundle.load(bundle), progress=RichProgress(stage="quantize"))
-    report = result.manifest.reports["quantize"]
-    assert result.manifest.quantization is not None
+    report = result.manifest.reports.quantize
+    assert result.manifest.quantization is not None and report is not None
     err.print(quality_table(report, result.manifest.quantization))
-    calibration = report["calibration"]
-    err.print(f"calibrated on {calibration['samples']} × {calibration['seq_len']} tokens of "
-              f"{Path(calibration['source']).name}; perplexity on {report['eval']['tokens']} tokens "
-              f"({report['eval']['source']})")
+    calibration = report.calibration
+    err.print(f"calibrated on {calibration.samples} × {calibration.seq_len} tokens of "
+              f"{Path(calibration.source).name}; perplexity on {report.eval.tokens} tokens ({report.eval.source})")
     quantization = result.manifest.quantization
     ops = "standard MatMulInteger, exact by construction per row" if quantization.row_invariant else \
         "com.microsoft MatMulNBits and standard MatMulInteger, by layer class" \
         if quantization.format == MIXED_FORMAT else "com.microsoft MatMulNBits"
     for name, variant in result.manifest.variants.items():
-        target = report["variants"][name]["graphs"]["target"]
+        target = report.variants[name].graphs["target"]
         err.print(f"the target also in {name}: {variant.graph.file}, perplexity "
                   f"{target['perplexity_increase_pct']:+.2f} %, {target['bytes_after'] / 2**20:.1f} MiB "
                   "(`specdec tune` measures each format and the plan picks one)")

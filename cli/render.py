@@ -4,14 +4,41 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from specdec.cli.console import err, out, warn
+from specdec.pipeline.bench.fleet import FleetOutcome
 from specdec.pipeline.bench.stage import BenchOutcome
-from specdec.pipeline.errors import DeviceLostError, GateFailedError
+from specdec.pipeline.errors import DeviceLostError, FleetError, GateFailedError
+from specdec.pipeline.records.fleet import DeviceStatus, FleetResults
 from specdec.pipeline.records.manifest import Quantization
 from specdec.pipeline.records.plan import DevicePlan
+from specdec.pipeline.records.reports import CompileReport, QuantizeReport
 from specdec.pipeline.records.results import BenchResults
+
+NARROW = 100  # columns under which wide tables switch to fewer columns or a vertical layout
+
+
+def narrow(console: Console) -> bool:
+    """Whether `console` is too narrow for a table of many columns (headers would be cut to "tok…")."""
+    return console.width < NARROW
+
+
+def vertical(title: str, records: list[tuple[str, list[tuple[str, str]]]]) -> Table:
+    """Records as one block each (a heading row, then a label and value per row): a wide table's layout
+    for a narrow terminal."""
+    table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1))
+    table.add_column("field", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for index, (heading, fields) in enumerate(records):
+        if index:
+            table.add_row("", "")
+        table.add_row(f"[bold]{escape(heading)}[/]", "")
+        for label, value in fields:
+            table.add_row(label, value)
+    return table
 
 
 def human_bytes(size: float) -> str:
@@ -37,10 +64,10 @@ def readiness_table(readiness: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-def qdq_lines(report: dict[str, Any]) -> list[str]:
+def qdq_lines(report: CompileReport) -> list[str]:
     """`specdec compile` and `specdec inspect --mobile` of a static-qdq bundle: what the QDQ form costs
     against dynamic w8a8 (lossy, measured) and what it gains in NNAPI/CoreML share."""
-    qdq = report.get("activations")
+    qdq = report.activations
     if not qdq:
         return []
     lines = []
@@ -50,7 +77,7 @@ def qdq_lines(report: dict[str, Any]) -> list[str]:
                      f"{g['greedy_mismatch_rate']:.1%} of greedy tokens differ, perplexity "
                      f"{g['perplexity_w8a8']:.3f} -> {g['perplexity_qdq']:.3f}" + _invariant(g.get("invariance")))
     for name, before in qdq.get("readiness_matmulinteger", {}).items():
-        after = report.get("readiness", {}).get(name, {}).get("providers", {})
+        after = (report.readiness or {}).get(name, {}).get("providers", {})
         shares = []
         for provider in ("NNAPI", "CoreML"):
             was, now = before[provider], after.get(provider, {})
@@ -76,13 +103,13 @@ def _delta(before: float, after: float, digits: int = 3) -> tuple[str, str, str]
     return f"{before:.{digits}f}", f"{after:.{digits}f}", change
 
 
-def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
+def quality_table(report: QuantizeReport, quantization: Quantization) -> Table:
     """`specdec quantize`, `specdec inspect` and the pipeline: the quality report of a quantized bundle."""
     table = Table(title="quantization quality (measured, same data before and after)", title_justify="left")
     for column, justify in (("graph", "left"), ("figure", "left"), ("before", "right"), ("after", "right"),
                             ("change", "right")):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    for role, g in report["graphs"].items():
+    for role, g in report.graphs.items():
         q = quantization.graphs[role]
         summary = q.summary
         tables = sorted({"float" if r.is_float else f"int{r.bits}" for r in q.embeddings.values()})
@@ -91,7 +118,7 @@ def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
         ratio = f"×{g['size_ratio']:.2f}"
         table.add_row(label, "size on disk", _mb(g["bytes_before"]), _mb(g["bytes_after"]), ratio)
         table.add_row("", "perplexity", *_delta(g["perplexity_before"], g["perplexity_after"]))
-    spec = report.get("speculative")
+    spec = report.speculative
     if spec:
         table.add_row("pair", "draft top-1 agreement", *_delta(spec["top1_agreement_before"],
                                                                spec["top1_agreement_after"]))
@@ -103,9 +130,9 @@ def quality_table(report: dict[str, Any], quantization: Quantization) -> Table:
         tree = spec.get("tree_layout")
         if tree is not None:
             table.add_row("", "tokens differing in the tree layout", "", f"{tree['token_mismatch_rate']:.1%}", "")
-    total = report["total"]
-    table.add_row("bundle", "graphs on disk", _mb(total["bytes_before"]), _mb(total["bytes_after"]),
-                  f"×{total['size_ratio']:.2f}")
+    total = report.total
+    table.add_row("bundle", "graphs on disk", _mb(total.bytes_before), _mb(total.bytes_after),
+                  f"×{total.size_ratio:.2f}")
     return table
 
 
@@ -157,7 +184,9 @@ def results_table(results: BenchResults) -> Table:
     policy = results.memory.kv_policy if results.memory is not None else "?"
     table.add_row(f"KV ({policy}): B/token | MiB at the longest reply", "",
                   f"{_fmt(f.kv_bytes_per_token)} | {_fmt(f.kv_mb_end)}")
-    table.add_row("weights MiB", "", _fmt(f.weights_mb))
+    pushed = results.memory.payload_bytes if results.memory is not None else None
+    table.add_row("weights MiB | pushed to the device MiB", "",
+                  f"{_fmt(f.weights_mb)} | {_fmt(pushed / 2**20 if pushed is not None else None)}")
     table.add_row("speedup (measured | predicted)", "", f"{_fmt(f.speedup)} | {_fmt(f.predicted_speedup)}")
     table.add_row("mean accepted length | α", "", f"{_fmt(f.mean_accepted_len)} | {_fmt(f.acceptance_rate)}")
     table.add_row("draft/target cost r | call overhead ms", "", f"{_fmt(f.cost_ratio_r)} | {_fmt(f.fixed_call_ms)}")
@@ -186,3 +215,52 @@ def report_outcome(outcome: BenchOutcome) -> None:
         first = failed[0]
         raise GateFailedError(f"gate '{first.gate}' failed: {first.message}",
                               f"{len(failed)} of {len(outcome.gates)} gates failed; see {outcome.output}/summary.md")
+
+
+_STATUS_STYLE = {DeviceStatus.complete: "green", DeviceStatus.lost: "red", DeviceStatus.partial: "yellow",
+                 DeviceStatus.unusable: "red", DeviceStatus.error: "red"}
+
+
+def fleet_table(results: FleetResults) -> Table:
+    """One row per device: what fleet.md shows, narrowed to fit a terminal."""
+    s = results.summary
+    devices = f"{s.devices} device{'s' * (s.devices != 1)}"
+    table = Table(title=f"bench on {devices} ({s.wall_s:.1f} s, {s.jobs} at a time)", title_justify="left")
+    for column in ("device", "status", "tok/s plain→spec", "speedup (pred.)", "α", "mJ/tok", "°C", "lossless"):
+        table.add_column(column, justify="left" if column in ("device", "status", "lossless") else "right")
+    for row in results.devices:
+        status = f"[{_STATUS_STYLE[row.status]}]{row.status.value}[/]"
+        if row.results is None:
+            table.add_row(row.label, status, "—", "—", "—", "—", "—", "—")
+            continue
+        f = row.results.figures
+        same = row.results.lossless
+        lossless = "yes" if same.equal else "—" if not same.checked else f"{len(same.mismatches)} differ"
+        table.add_row(row.label, status, f"{_fmt(f.plain_tokens_per_s)}→{_fmt(f.tokens_per_s)}",
+                      f"{_fmt(f.speedup)} ({_fmt(f.predicted_speedup)})", _fmt(f.acceptance_rate),
+                      _fmt(f.energy_per_token_mj), _fmt(f.peak_temp_c), lossless)
+    return table
+
+
+def report_fleet(outcome: FleetOutcome) -> None:
+    """Print a fleet run and exit with the code of its failure classes (errors.FleetFailure)."""
+    results = outcome.results
+    out.print(fleet_table(results))
+    for row in results.devices:
+        if row.reason:
+            warn(f"{row.label}: {row.status.value}: {row.reason}")
+    for warning in results.warnings:
+        warn(warning)
+    for gate in results.gates:
+        err.print(f"{'[green]pass[/]' if gate.passed else '[red]FAIL[/]'} {gate.gate}: {gate.message}")
+    for row in results.devices:
+        for gate in row.failed_gates if row.status is DeviceStatus.complete else []:
+            err.print(f"[red]FAIL[/] {row.label} {gate.gate}: {gate.message}")
+    err.print(f"wrote [bold]{outcome.output}[/] (fleet.json, fleet.md, fleet.png, one results directory per device)")
+    failures = outcome.failures
+    if failures:
+        s = results.summary
+        counts = ", ".join(f"{n} {status.value}" for status, n in s.statuses.items())
+        raise FleetError(f"fleet: {', '.join(s.failures)} ({counts})",
+                         f"see {outcome.output}/fleet.md; exit code {s.exit_code} is 16 + the failure classes "
+                         "(docs/devices.md)", failures)

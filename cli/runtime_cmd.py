@@ -25,6 +25,11 @@ from specdec.pipeline.portable.fetch import Sources
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
 
+@app.callback()
+def runtime_group() -> None:
+    """The portable arm64 device runtime (no Python needed on the phone): build, info."""
+
+
 def _mb(size: int) -> str:
     return f"{size / 1e6:.1f} MB"
 
@@ -43,7 +48,7 @@ def archive_table(archives: list[RuntimeArchive], title: str) -> Table:
 @guarded
 def build(
     abi: str = typer.Option(recipe.DEFAULT_ABI, "--abi", help=f"Android ABI ({', '.join(sorted(recipe.ABIS))})."),
-    force: options.Force = False,
+    force: options.Rebuild = False,
     apt_mirror: str = typer.Option(recipe.DEBIAN_MIRROR, "--apt-mirror", help="Debian mirror with bookworm."),
     apt_security_mirror: str = typer.Option(recipe.DEBIAN_SECURITY_MIRROR, "--apt-security-mirror",
                                             help="Debian security mirror, or 'none'."),

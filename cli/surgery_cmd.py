@@ -21,7 +21,9 @@ def surgery(
                               help="Candidates per node DynamicTreePrune can keep (fixed)."),
     force: options.Force = False,
 ) -> None:
-    """Insert DynamicTreePrune and BlockSparseVerify (com.endpoint.ai) as ONNX functions."""
+    """Insert the com.endpoint.ai custom ops as ONNX functions (stock onnxruntime runs them).
+
+    DynamicTreePrune goes after the draft's logits, BlockSparseVerify after the target's."""
     result = surgery_bundle(SurgeryConfig(output=output, max_k=max_k, force=force), Bundle.load(bundle),
                            progress=RichProgress(stage="surgery"))
     ops = result.manifest.custom_ops

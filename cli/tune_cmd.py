@@ -23,7 +23,7 @@ def tune(
     serial: options.Serial = None,
     adb_host: options.AdbHost = None,
     adb_port: options.AdbPort = None,
-    calib: options.Calib = None,
+    calib: options.CalibPrompts = None,
     threads: options.Threads = None,
     python: options.Python = None,
     runtime: options.Runtime = None,
@@ -32,12 +32,13 @@ def tune(
     exact_layout: options.ExactLayout = None,
     force: options.Force = False,
 ) -> None:
-    """Measure the device's cost curve and the bundle's acceptance on it; store the best tree as the plan."""
-    config = options.config_from(TuneConfig, locals())
+    """Measure the device's cost curve and acceptance; store the tree that maximizes tokens/s as the plan.
+
+    --max-new-tokens is each calibration reply's length (default 48, at least 8); with --drafter only
+    that drafter is calibrated and planned for."""
+    config = options.config_from(TuneConfig, locals(), **options.one_device(serial, adb_host, adb_port))
     source = Bundle.load(bundle)
-    tuning = "tuning on the device (plain timing, verify cost curve, calibration per drafter)"
-    with RichProgress(stage="tune").task(tuning):
-        result, plan = tune_bundle(config, source)
+    result, plan = tune_bundle(config, source, progress=RichProgress(stage="tune"))
     out.print(plan_table(plan))
     err.print(plan_fit_line(plan))
     if not plan.choice.speculative and not plan.notes:

@@ -11,6 +11,7 @@ be at least 1`, what a pipeline YAML says) everywhere except in the CLI's error 
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Callable
 
@@ -28,6 +29,19 @@ def setting(key: str) -> str:
 def render(text: str, flag_for: FlagFor | None = None) -> str:
     """`text` with its marked settings written as flags (where `flag_for` knows one) or as keys."""
     return _SETTING.sub(lambda m: (flag_for(m.group(1)) if flag_for else None) or m.group(1), text)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT (Ctrl-C), SIGTERM or SIGHUP arrived: it unwinds like Ctrl-C, so every staged output and
+    device work dir is cleaned up, and the process exits 128 + the signal's number (130, 143, 129)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
 
 
 class SpecdecError(Exception):
@@ -127,3 +141,30 @@ class GateFailedError(SpecdecError):
     """A CI gate of `specdec bench` failed."""
 
     exit_code = 10
+
+
+class FleetFailure(enum.IntFlag):
+    """What went wrong in a fleet run (`specdec bench --fleet`); more than one can happen at once.
+
+    Its exit code is FLEET_EXIT_BASE plus the sum of the classes that happened (17-31), so it never
+    collides with a single run's codes above (1-10) or with Ctrl-C's 130; docs/devices.md has the table.
+    """
+
+    lost = 1  # a device stopped mid-run (went away, or its runner hit the timeout): its row has partial results
+    unusable = 2  # a device could not run the bench (unreachable, not ready, no runtime, the runner failed)
+    gate = 4  # a CI gate failed, on a device or on the fleet
+    error = 8  # an unexpected error on a device (a bug in specdec: its row names it)
+
+
+FLEET_EXIT_BASE = 16
+
+
+class FleetError(SpecdecError):
+    """Some devices of a fleet run failed or failed a gate; the report holds every device's row."""
+
+    exit_code = FLEET_EXIT_BASE
+
+    def __init__(self, problem: str, fix: str | None, failures: FleetFailure) -> None:
+        super().__init__(problem, fix)
+        self.failures = failures
+        self.exit_code = FLEET_EXIT_BASE + int(failures)

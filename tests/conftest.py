@@ -89,7 +89,7 @@ def feature_stages(feature_factory, tmp_path_factory):  # type: ignore[no-untype
                 if step == "surgery":
                     cache[stages] = surgery_bundle(SurgeryConfig(output=out), source)
                 elif step in ("w8a8", "nbits"):
-                    cache[stages] = quantize_bundle(QuantizeConfig(output=out, format=step), source)
+                    cache[stages] = quantize_bundle(QuantizeConfig.from_text(output=out, format=step), source)
                 else:
                     cache[stages] = compile_bundle(CompileConfig(output=out, target=GraphFlavour(step),
                                                                  format=OutputFormat.onnx, max_context=128), source)

@@ -1,6 +1,6 @@
 """The benchmark scripts still run: each answers --help, and the cheap ones complete a tiny run.
 
-They are scripts, not tests (their numbers are in benchmarks/RESULTS.md); this only keeps them from
+They are scripts, not tests (their numbers are in benchmarks/RESULTS-archive.md); this only keeps them from
 rotting as the code they drive changes. They run in this process, as `python benchmarks/X.py` would.
 """
 
@@ -81,7 +81,7 @@ def test_realistic_growth_in_width_keeps_the_function(monkeypatch: pytest.Monkey
     import torch
     from transformers import AutoModelForCausalLM
 
-    from specdec.pipeline.export.checkpoint import demo_dir
+    from specdec.pipeline.checkpoints.builtin import tiny_dir as demo_dir
 
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from realistic import grow
@@ -103,3 +103,44 @@ def test_toolchain_scale_draft_stage_notes_the_drafts_sharing(tmp_path: Path, mo
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
     assert [row.split(" | ")[2] for row in rows] == ["build checkpoint", "draft"]
     assert "(1 layers, 2 KV heads" in rows[1] and "shared" in rows[1] and rows[1].endswith("|"), rows
+
+
+# a chat template for the tiny checkpoint, so real_peers.py takes its chat path
+_TINY_CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
+                       "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.mark.slow
+def test_real_peers_tiny_run(pair_factory, tmp_path: Path,  # type: ignore[no-untyped-def]
+                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference and specdec's fp32 rows end to end (CLI export -> surgery -> compile -> tune) on a tiny
+    checkpoint; the peers are left out so the test runs whether they are installed or not."""
+    target, _ = pair_factory("llama", chat_template=_TINY_CHAT_TEMPLATE)
+    out = tmp_path / "real_peers.json"
+    _run(monkeypatch, "real_peers.py", "--hf-dir", str(target), "--only", "specdec fp32", "--prompts", "2",
+         "--tokens", "6", "--repeats", "1", "--threads", "1", "--ppl-window", "16", "--ppl-windows", "2",
+         "--cache", str(tmp_path / "cache"), "--json", str(out))
+    printed = capsys.readouterr().out
+    assert "| transformers | fp32 | plain |" in printed and "| specdec | fp32 | speculative |" in printed
+    report = json.loads(out.read_text())
+    rows = {row["key"]: row for row in report["rows"]}
+    assert set(rows) == {"transformers fp32 plain", "specdec fp32 plain", "specdec fp32 speculative"}
+    assert all(len(output) <= 6 for row in rows.values() for output in row["outputs"])
+    assert rows["transformers fp32 plain"]["identical_to_reference"] == 2
+    assert rows["specdec fp32 speculative"]["identical_to_own_plain"] == 2  # lossless
+    perplexities = {row["perplexity"] for row in rows.values()}
+    assert all(isinstance(p, float) and p > 1 for p in perplexities)
+
+
+def test_real_peers_agreement_and_options() -> None:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        from real_peer_report import divergence
+        from real_peers import chosen, parse_options
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert divergence([[1, 2, 3], [4, 5], [7]], [[1, 2, 3], [4, 6], [7, 8]]) == (1, 1)  # a prefix differs at its end
+    assert divergence([[1]], [[1]]) == (1, None)
+    assert parse_options("ngram_size=4,ngram_chained_lookup=true, x=a") == {
+        "ngram_size": 4, "ngram_chained_lookup": True, "x": "a"}
+    assert chosen("llama.cpp Q4_0 lookup", ["llama.cpp Q4_0"]) and not chosen("llama.cpp Q4_0 lookup", ["llama"])

@@ -1,5 +1,5 @@
 """The user-facing docs: the CLI reference matches the CLI, the README stays short and says nothing about the
-project's own history (that belongs in git and benchmarks/RESULTS.md)."""
+project's own history (that belongs in git and benchmarks/RESULTS-archive.md)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,15 @@ def test_readme_is_short() -> None:
 def test_user_docs_have_no_project_history() -> None:
     found = [f"{path.relative_to(ROOT)}: {match.group(0)!r}" for path in USER_DOCS
              for match in HISTORY.finditer(path.read_text())]
+    assert not found
+
+
+def test_code_has_no_issue_references() -> None:
+    """Code says why in its own words: an "issue N" means nothing to a reader without the tracker."""
+    sources = [path for folder in ("pipeline", "cli", "custom_ops", "benchmarks", "scripts", "tests", "profiles")
+               for path in (ROOT / folder).rglob("*") if path.suffix in (".py", ".yaml", ".sh")]
+    found = [f"{path.relative_to(ROOT)}: {match.group(0)!r}" for path in sources
+             for match in re.finditer(r"\b[Ii]ssues? #?\d+", path.read_text(errors="replace"))]
     assert not found
 
 

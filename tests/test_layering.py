@@ -130,7 +130,7 @@ def test_outputs_are_opened_in_one_place() -> None:
 def test_commands_load_bundles_through_the_verifying_loader() -> None:
     """`Bundle.load` checks every sha256; the runtime's manifest reader does not, so commands never use it."""
     offenders = [(_rel(p), m) for p in _modules("cli") for m in _imports(p)
-                 if m.startswith(("specdec.pipeline.engine.manifest", "specdec.pipeline.engine.engine"))]
+                 if m.startswith(("specdec.pipeline.engine.bundle_info", "specdec.pipeline.engine.engine"))]
     assert not offenders
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -44,6 +45,17 @@ def test_every_shipped_directory_is_declared() -> None:
     assert found | {"specdec"} == _declared()
 
 
+def test_readme_installs_this_projects_distribution() -> None:
+    """`pip install specdec` gets an unrelated project (specdec 0.2.0 on PyPI): the README's install
+    line must name the distribution pyproject.toml builds, and the command stays `specdec`."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    readme = (ROOT / "README.md").read_text()
+    installs = re.findall(r"^pip install (?!torch|-e)(\S+)", readme, flags=re.MULTILINE)
+    assert installs == [project["name"]]
+    assert project["name"] != "specdec"
+    assert "specdec" in project["scripts"]
+
+
 def test_what_the_project_writes_is_ignored_by_git() -> None:
     """The README's commands write specdec-out/ (the demo), .venv/, and `specdec bench` bench-results/ by
     default: the tests and git must not see them."""
@@ -60,13 +72,15 @@ def test_wheel_carries_code_and_data(tmp_path: Path) -> None:
     build = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
                             "-v", "-w", str(tmp_path)], check=True, capture_output=True, text=True, timeout=300)
     assert "would be ignored" not in build.stdout + build.stderr  # no setuptools warning flood on install
-    wheel = next(tmp_path.glob("specdec-*.whl"))
+    wheel = next(tmp_path.glob("specdec_toolchain-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for required in ("specdec/cli/app.py", "specdec/pipeline/engine/engine.py",
                      "specdec/custom_ops/block_sparse_verify/function.py", "specdec/profiles/local-cpu.yaml",
                      "specdec/profiles/scenarios/chat.yaml", "specdec/pipeline/demo/target/model.safetensors",
                      "specdec/pipeline/demo/draft/tokenizer.json", "specdec/pipeline/demo/calib.txt",
                      "specdec/pipeline/demo/eval_prompts.jsonl", "specdec/pipeline/quantize/calib_default.txt",
+                     "specdec/pipeline/demo/smollm2/pipeline.yaml", "specdec/pipeline/demo/smollm2/prompts.jsonl",
+                     "specdec/pipeline/checkpoints/builtin.py",
                      "specdec/pipeline/portable/specdec-run", "specdec/pipeline/portable/boot.py"):
         assert required in names, required
     assert not any(n.startswith("specdec/tests/") for n in names)

@@ -49,7 +49,7 @@ def check_assertions(assertions: list[str], results: BenchResults) -> list[GateR
             lossless = results.lossless
             ok = lossless.equal
             why = ("greedy outputs identical" if ok else
-                   f"not checked ({lossless.note})" if not lossless.checked else
+                   f"not checked ({lossless.note or 'no replies to compare'})" if not lossless.checked else
                    f"{len(lossless.mismatches)} of {lossless.pairs} replies differ")
             outcomes.append(GateResult("lossless", ok, why))
             continue
@@ -127,15 +127,20 @@ def baseline_differences(baseline: Baseline, results: BenchResults) -> list[str]
 
 
 def check_baseline(baseline: Baseline, max_regression_pct: float, results: BenchResults) -> list[GateResult]:
-    old = baseline.figures
+    return compare_figures(baseline.figures, results.figures, max_regression_pct)
+
+
+def compare_figures(old: Figures, new: Figures, max_regression_pct: float,
+                    prefix: str = "regression:") -> list[GateResult]:
+    """One gate per figure both measured: it fails when the figure got worse by more than the limit."""
     outcomes = []
     for name in REGRESSION_FIGURES:
-        before, now = old.get(name), results.figures.get(name)
+        before, now = old.get(name), new.get(name)
         if before is None or now is None or before == 0:
             continue
         change = (now - before) / abs(before) * 100
         worse = -change if name in HIGHER_IS_BETTER else change
         ok = worse <= max_regression_pct
-        outcomes.append(GateResult(f"regression:{name}", ok,
+        outcomes.append(GateResult(f"{prefix}{name}", ok,
                                    f"{name} {before:.4g} -> {now:.4g} ({change:+.1f}%, limit {max_regression_pct:g}%)"))
     return outcomes

@@ -18,7 +18,6 @@ from specdec.pipeline.devices.sensors import thermal_events
 from specdec.pipeline.engine.processors import processor_names
 from specdec.pipeline.inputs.prompts import BenchPrompt
 from specdec.pipeline.ondevice.orchestrate import DeviceRun
-from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.decode import VerifyMode
 from specdec.pipeline.records.kv_policy import KVPolicy
@@ -41,17 +40,14 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
              bundle: Bundle, settings: ResolvedSettings, prompts: list[BenchPrompt], run: DeviceRun) -> BenchResults:
     mode = settings.config.effective_mode
     result = analysis.analyze(run.events, run.sensors, greedy_equivalent=mode is not VerifyMode.rrs)
-    manifest = bundle.manifest
     memory = result.memory
-    memory.weights_bytes = sum((bundle.path / rel).stat().st_size for rel in bundle_files(bundle))
+    memory.weights_bytes = bundle.runner_bytes(settings.weight_format)
     memory.kv_policy = kv_policy_name(bundle)
     result.figures.weights_mb = memory.weights_bytes / 2**20
     return BenchResults(
         tool_version=__version__,
         created=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        bundle=BundleRef(path=str(bundle.path), stages=bundle.stages(), fingerprint=manifest.fingerprint,
-                         compiled=manifest.buckets is not None, quantized=manifest.quantization is not None,
-                         custom_ops=manifest.custom_ops is not None),
+        bundle=bundle_ref(bundle),
         device=run.info,
         profile=profile.name,
         scenario=scenario,
@@ -73,6 +69,14 @@ def assemble(scenario: str | None, repeats: int, controllers: list[str], profile
         runtime=dict(run.runtime),
         memory=memory,
     )
+
+
+def bundle_ref(bundle: Bundle) -> BundleRef:
+    """What results.json (and fleet.json) say about the bundle measured."""
+    manifest = bundle.manifest
+    return BundleRef(path=str(bundle.path), stages=bundle.stages(), fingerprint=manifest.fingerprint,
+                     compiled=manifest.buckets is not None, quantized=manifest.quantization is not None,
+                     custom_ops=manifest.custom_ops is not None)
 
 
 def kv_policy_name(bundle: Bundle) -> str:

@@ -65,7 +65,10 @@ def _memory_line(results: BenchResults) -> str:
     reply; peak RSS plain 180 MiB, speculative 190 MiB.`"""
     f = results.figures
     policy = results.memory.kv_policy if results.memory is not None else "unknown"
-    return (f"Memory (KV {policy}): weights {_fmt(f.weights_mb, 4, ' MiB')}, KV {_fmt(f.kv_bytes_per_token, 6, ' B')}"
+    pushed = results.memory.payload_bytes if results.memory is not None else None
+    pushed_text = f" ({_fmt(pushed / 2**20, 4, ' MiB')} pushed to the device)" if pushed is not None else ""
+    return (f"Memory (KV {policy}): weights {_fmt(f.weights_mb, 4, ' MiB')}{pushed_text}, "
+            f"KV {_fmt(f.kv_bytes_per_token, 6, ' B')}"
             f"/token, {_fmt(f.kv_mb_end, 4, ' MiB')} held at the end of the longest reply; peak RSS plain "
             f"{_fmt(f.plain_peak_memory_mb, 4, ' MiB')}, speculative {_fmt(f.peak_memory_mb, 4, ' MiB')}.")
 

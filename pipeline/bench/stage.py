@@ -8,31 +8,29 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specdec.pipeline.bench import gates
 from specdec.pipeline.bench.outputs import assemble, write_outputs
 from specdec.pipeline.bundle.store import Bundle, StagedDirectory
-from specdec.pipeline.devices.session import new_run_id
+from specdec.pipeline.engine.processors import ProcessorCache, build
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, BenchPrompt, load_bench_prompts
+from specdec.pipeline.inputs.prompts import fit_prompts, load_bench_prompts
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import sensor_args
-from specdec.pipeline.ondevice.launch import prepare_device
-from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink, run_on_device
-from specdec.pipeline.ondevice.payload import build_payload
+from specdec.pipeline.ondevice.orchestrate import DeviceRun, ProgressSink
+from specdec.pipeline.ondevice.session import DeviceSession, DeviceTarget, SessionGroup, calibration_prompts
 from specdec.pipeline.progress import Progress
-from specdec.pipeline.records.decode import BanPolicy, DrafterKind, VerifyMode
+from specdec.pipeline.records.codec import FLATTEN
 from specdec.pipeline.records.results import BenchResults, GateResult, RunSpec
 from specdec.pipeline.settings import profiles
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 from specdec.pipeline.settings.resolve import (
     DEFAULT_CONTROLLERS,
     check_controllers,
     controller_spec,
-    options_from,
     run_settings,
 )
 from specdec.pipeline.tune import plans
@@ -53,31 +51,15 @@ class BenchConfig:
     chat: bool = False  # text prompts as user messages through the bundle's chat template
     limit: int | None = None
     repeats: int = 1
-    # Decode settings, by DecodeConfig field name; None: not set, the plan, scenario, profile or
-    # built-in default decides (pipeline/settings/resolve.py), as for `specdec generate`.
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    mode: VerifyMode | None = None
-    seed: int | None = None
-    tree_budget: int | None = None
-    depth: int | None = None
-    width: int | None = None
-    drafter: DrafterKind | None = None  # None: the scenario's or profile's, else model
-    lookup_max_ngram: int | None = None
-    lookup_min_ngram: int | None = None
+    # the decode settings the run was given (flat in YAML and on the command line); None: not set, the
+    # plan, scenario, profile or built-in default decides (pipeline/settings/resolve.py)
+    decode: DecodeOptions = field(default_factory=DecodeOptions, metadata=FLATTEN)
     threads: int | None = None
     python: str | None = None
     runtime: RuntimeKind | None = None  # None: the profile's runtime.use
     cooldown: bool = True
     tune: bool = True  # no plan for this device in the bundle: measure and plan the tree first
     calib: Path | None = None  # calibration prompts for tuning (default: held-out prompts of the prompt file)
-    exact_layout: bool | None = None
-    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
-    ban: tuple[str, ...] | None = None
-    ban_policy: BanPolicy | None = None
-    refusal: str | None = None
-    json_schema: str | None = None
-    regex: str | None = None
     controllers: tuple[str, ...] = DEFAULT_CONTROLLERS
     asserts: tuple[str, ...] = ()
     baseline: Path | None = None
@@ -95,8 +77,13 @@ class BenchConfig:
             gates.parse_assertion(text)
 
     @property
+    def target(self) -> DeviceTarget:
+        return DeviceTarget(self.device, self.profile, serial=self.serial, adb_host=self.adb_host,
+                            adb_port=self.adb_port, python=self.python, runtime=self.runtime, threads=self.threads)
+
+    @property
     def profile_name(self) -> str:
-        return self.profile or profiles.DEFAULT_PROFILES[self.device]
+        return self.target.profile_name
 
 
 @dataclass
@@ -111,57 +98,52 @@ class BenchOutcome:
         return [g for g in self.gates if not g.passed]
 
 
-def calibration_prompts(config: BenchConfig, codec: TextCodec, measured: list[BenchPrompt]) -> list[list[int]]:
-    """Prompts to tune on: --calib, else prompts of the file the run does not measure, else the measured ones."""
-    if config.calib is not None:
-        return [p.ids for p in load_bench_prompts(config.calib, codec, None, config.chat)][:CALIBRATION_PROMPTS]
-    every = load_bench_prompts(config.prompts, codec, None, config.chat)
-    held_out = [p.ids for p in every[len(measured):]]
-    return (held_out[-CALIBRATION_PROMPTS:] if held_out else [p.ids for p in measured])[:CALIBRATION_PROMPTS]
-
-
 def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None = None,
-              progress: Progress | None = None) -> BenchOutcome:
+              progress: Progress | None = None, *, group: SessionGroup | None = None,
+              baseline: gates.Baseline | None = None) -> BenchOutcome:
+    """Bench `bundle` on one device. `group`: the sessions this one runs beside (a fleet); `baseline`: one
+    already read (a fleet's, per device), instead of reading `config.baseline`."""
     # Everything the user gave is checked before any device work: profile, settings, gates and
     # baseline, prompts, and the output directory (writable, not clobbered; pipeline/bundle/staging.py).
-    profile = profiles.load_device(config.profile_name)
-    if profile.transport is not config.device:
-        raise InputError(f"profile '{profile.name}' is for the {profile.transport.value} transport, not "
-                         f"{config.device.value}",
-                         f"pass {setting('device')} {profile.transport.value} or another {setting('profile')}")
+    target = config.target
+    profile = target.load_profile()
     scenario = profiles.load_scenario(config.scenario) if config.scenario else None
-    options = options_from(config)
+    options = config.decode
     settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario)
-    baseline = gates.load_baseline(config.baseline) if config.baseline is not None else None
+    if settings.config.constrained:  # a pattern or schema no reply can meet fails here, not on the device
+        build(settings.config, ProcessorCache(bundle.tokenizer_dir / "tokenizer.json",
+                                              bundle.manifest.graphs["target"].vocab_size))
+    if baseline is None and config.baseline is not None:
+        baseline = gates.load_baseline(config.baseline)
     codec = TextCodec(bundle.tokenizer_dir)
-    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat), bundle,
-                                     settings.config.max_new_tokens)
-    with StagedDirectory(config.output, force=config.force, sources=(bundle.path,)) as staged:
+    prompts, truncated = fit_prompts(load_bench_prompts(config.prompts, codec, config.limit, config.chat),
+                                     bundle.context, settings.config.max_new_tokens)
+    with StagedDirectory(config.output, force=config.force,
+                         sources=(bundle.path, config.prompts, config.calib, config.baseline)) as staged:
         # What the device is decides which plan applies: the plan of a bundle is per device.
-        prepared = prepare_device(config.device, profile, serial=config.serial, adb_host=config.adb_host,
-                                  adb_port=config.adb_port, python=config.python, runtime=config.runtime,
-                                  threads=config.threads, progress=progress)
-        device, python, launch, info, threads, key = (prepared.device, prepared.python, prepared.launch,
-                                                      prepared.info, prepared.threads, prepared.key)
-        settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario, device=key)
+        session = DeviceSession.open(target, profile, progress, group)
+        device = session.device
+        settings = run_settings(options, bundle.manifest, profile=profile, scenario=scenario, device=session.key)
         plan = settings.plan
         tune = None
         if plan is None and config.tune and settings.config.speculative:
-            tune = plans.tune_request(bundle, options, key, calibration_prompts(config, codec, prompts))
+            calibration = calibration_prompts(codec, calib=config.calib, prompts=config.prompts, measured=prompts,
+                                              chat=config.chat)
+            tune = plans.tune_request(bundle, options, session.key, calibration)
         sensors = sensor_args(device, profile, config.controllers)
         controls = controller_spec(config.controllers, profile, scenario, settings)
         controls["power"].update(sensors.power)
         run_spec = RunSpec(decode=settings.config, prompts=[p.ids for p in prompts], repeats=config.repeats,
-                           threads=threads, controllers=controls, tune=tune, weight_format=settings.weight_format)
-        with tempfile.TemporaryDirectory() as scratch:
-            payload = build_payload(bundle, run_spec, Path(scratch) / "payload")
-            run = run_on_device(device, profile, payload, new_run_id(), python=python, cooldown=config.cooldown,
-                                on_event=on_event, sensors=sensors, launch=launch, info=info)
+                           threads=session.threads, controllers=controls, tune=tune,
+                           weight_format=settings.weight_format)
+        run = session.run(bundle, run_spec, cooldown=config.cooldown, on_event=on_event, sensors=sensors)
         run.warnings += settings.notes + sensors.notes + truncated
         tuned = plans.tuned_plan(run.events)
         settings = plans.with_tuned(settings, tuned, tune)
         results = assemble(config.scenario, config.repeats, list(config.controllers), profile, bundle, settings,
                            prompts, run)
+        if results.memory is not None:
+            results.memory.payload_bytes = run.payload_bytes
         used = plan or tuned
         if used is not None:
             source = "bundle" if plan is not None else "tuned on the device"
@@ -180,23 +162,3 @@ def run_bench(config: BenchConfig, bundle: Bundle, on_event: ProgressSink | None
         write_outputs(staged.dir, results, run, figures_only=True)
         staged.commit()
     return outcome
-
-
-def bundle_context(bundle: Bundle) -> int:
-    """The positions a reply may reach: the compiled context, or past it under a window KV policy."""
-    table = bundle.manifest.buckets
-    if table is not None:
-        return table.kv_policy.positions(table.max_context)
-    return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
-
-
-def fit_prompts(prompts: list[BenchPrompt], bundle: Bundle, max_new_tokens: int) -> tuple[list[BenchPrompt], list[str]]:
-    """Keep the end of prompts that would leave no room for the reply in the bundle's context."""
-    room = bundle_context(bundle) - max_new_tokens - 1
-    if room < 1:
-        raise InputError(f"{setting('max_new_tokens')} {max_new_tokens} leaves no room for a prompt in the bundle's "
-                         f"context of {bundle_context(bundle)} tokens", f"lower {setting('max_new_tokens')}")
-    long = [p.id for p in prompts if len(p.ids) > room]
-    notes = [f"{len(long)} prompt(s) longer than {room} tokens were cut to their last {room} "
-             f"({', '.join(long[:4])})"] if long else []
-    return [BenchPrompt(p.id, p.ids[-room:], p.scenario) for p in prompts], notes

@@ -1,131 +1,44 @@
 """The one place that opens outputs: every directory and file a command writes goes through here.
 
-The rules, checked before any long work starts (`check_output_dir`, `check_output_file`):
+The output policy (docs/bundles.md), checked before any long work starts (`check_output_dir`,
+`check_output_file`):
 
-- an output never overlaps an input (inputs are never modified);
+- an output never equals, contains or lies inside an input (a bundle, a checkpoint, a prompts,
+  calibration or baseline file): inputs are never modified;
 - an existing output is replaced only with `--force`, and `--force` replaces only what specdec
-  wrote: a bundle (its manifest lists every file) or a bench results directory. A directory that
-  holds anything else is refused with the names of what is there, never deleted;
+  wrote: a bundle (its manifest lists every file), a bench results directory, a `specdec draft`
+  checkpoint or a `generate` replies file. Anything else is refused with the names of what is
+  there, never deleted;
 - the place must be writable: a probe directory is created (and removed) in the nearest existing
   ancestor, so a read-only filesystem, a missing permission, a full disk or a path through a file
-  is a one-line `InputError` (exit 2) naming the path, not a traceback after the work.
+  is a one-line `InputError` (exit 2) naming the path, not a traceback after the work;
+- one writer at a time: while an output is staged, an exclusive lock (`.NAME.lock` next to it,
+  `hold_output`) makes a second specdec process writing the same output fail at once (exit 2).
 
 Output is built under a hidden temporary name next to the destination and renamed into place on
-`commit` (`StagedDirectory`, `StagedFile`): a failure or Ctrl-C leaves nothing half-written, and
-directories created on the way to the output are removed again if nothing was committed.
+`commit` (`StagedDirectory`, `StagedFile`): a failure, Ctrl-C, SIGTERM or SIGHUP leaves nothing
+half-written, directories created on the way to the output are removed again if nothing was
+committed, and the hidden leftovers of a writer that was killed outright (SIGKILL, a power cut) are
+swept the next time the output is staged.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Self
 
-from specdec.pipeline.errors import BundleError, InputError, setting
-from specdec.pipeline.records.manifest import MANIFEST_NAME, read_manifest
+from specdec.pipeline.bundle.locks import hold_output, sweep_leftovers
+from specdec.pipeline.bundle.owned import OWNED_FILES, foreign_entries, listing
+from specdec.pipeline.bundle.write_errors import is_write_error, write_error
+from specdec.pipeline.errors import InputError, setting
 
-RESULTS_FILE = "results.json"
-# What `specdec bench` writes into its results directory (plots are `*.png`).
-BENCH_FILES = frozenset({RESULTS_FILE, "summary.md", "events.jsonl", "trace.json"})
-DRAFT_REPORT = "draft_report.json"  # what `specdec draft` writes next to the checkpoint (pipeline/draft/report.py)
-
-# errno -> (what went wrong, how to fix it); {flag} becomes the command's output flag.
-_WRITE_ERRORS: dict[int, tuple[str, str]] = {
-    errno.EROFS: ("is on a read-only filesystem", "choose {flag} on a writable filesystem"),
-    errno.EACCES: ("is not writable (permission denied)", "choose {flag} you can write to, or fix its permissions"),
-    errno.EPERM: ("is not writable (operation not permitted)", "choose {flag} you can write to"),
-    errno.ENOSPC: ("cannot be written: no space left on the device", "free space or choose {flag} on another disk"),
-    errno.EDQUOT: ("cannot be written: disk quota exceeded", "free space or choose {flag} on another disk"),
-    errno.ENOTDIR: ("cannot be created: a part of its path is a file", "choose another {flag}"),
-    errno.ENAMETOOLONG: ("has a name that is too long", "choose a shorter {flag}"),
-}
-# Errors that only a write raises: whatever path they name, they are about the output.
-_WRITE_ONLY = frozenset({errno.EROFS, errno.ENOSPC, errno.EDQUOT})
-
-
-def write_error(exc: OSError, path: Path | str, key: str = "output") -> InputError:
-    """An OSError met while writing `path`, as one line naming the path and the fix (exit 2)."""
-    problem, fix = _WRITE_ERRORS.get(exc.errno or 0, (f"cannot be written ({exc.strerror or exc})",
-                                                      "choose another {flag}"))
-    return InputError(f"output '{path}' {problem}", fix.format(flag=setting(key)))
-
-
-def is_write_error(exc: BaseException, *paths: Path) -> bool:
-    """Whether `exc` is an OSError about writing one of `paths` (or below them), or a write-only error."""
-    if not isinstance(exc, OSError) or exc.errno is None:
-        return False
-    if exc.errno in _WRITE_ONLY:
-        return True
-    if exc.errno not in _WRITE_ERRORS or exc.filename is None:
-        return False
-    named = Path(os.fsdecode(exc.filename)).absolute()
-    return any(named == p.absolute() or p.absolute() in named.parents for p in paths)
-
-
-# ---- what specdec wrote ------------------------------------------------------------------------
-
-def _json(path: Path) -> object:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-
-
-def _bundle_files(directory: Path) -> set[str] | None:
-    """The files of the bundle at `directory` (its manifest's reader decides what is a bundle)."""
-    try:
-        manifest = read_manifest(directory)
-    except BundleError:
-        return None
-    return {*manifest.files, MANIFEST_NAME}
-
-
-def _bench_files(directory: Path) -> set[str] | None:
-    data = _json(directory / RESULTS_FILE)
-    if not (isinstance(data, dict) and str(data.get("schema", "")).startswith("specdec.bench/")):
-        return None
-    return set(BENCH_FILES) | {p.name for p in directory.glob("*.png")}
-
-
-def _draft_files(directory: Path) -> set[str] | None:
-    """`specdec draft`'s checkpoint: its draft_report.json lists what it wrote."""
-    data = _json(directory / DRAFT_REPORT)
-    if not (isinstance(data, dict) and str(data.get("schema", "")).startswith("specdec.draft/")):
-        return None
-    files = data.get("files")
-    return {str(name) for name in files} if isinstance(files, list) else None
-
-
-# kind -> the files a directory of that kind owns (None: not of that kind)
-OWNED: dict[str, Callable[[Path], set[str] | None]] = {
-    "specdec bundle": _bundle_files,
-    "bench results directory": _bench_files,
-    "specdec draft": _draft_files,
-}
-
-
-def _listing(names: list[str], limit: int = 4) -> str:
-    shown = ", ".join(names[:limit])
-    return f"{shown} and {len(names) - limit} more" if len(names) > limit else shown
-
-
-def foreign_entries(directory: Path) -> tuple[str | None, list[str]]:
-    """What kind of specdec output `directory` is (None: none), and the entries specdec did not write."""
-    files = sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if not p.is_dir())
-    for kind, owned in OWNED.items():
-        names = owned(directory)
-        if names is not None:
-            return kind, [f for f in files if f not in names]
-    top = sorted(p.name + ("/" if p.is_dir() else "") for p in directory.iterdir())
-    return None, top
-
+log = logging.getLogger(__name__)
 
 # ---- the checks --------------------------------------------------------------------------------
 
@@ -148,20 +61,34 @@ def probe_writable(directory: Path, out: Path, key: str = "output") -> None:
         raise write_error(exc, out, key) from None
 
 
-def _check_overlap(out: Path, sources: tuple[Path, ...]) -> None:
+def _same(a: Path, b: Path) -> bool:
+    """One file or directory under two names (a symlink, a hard link)?"""
+    try:
+        return a.samefile(b)
+    except (OSError, ValueError):
+        return False
+
+
+def check_inputs(out: Path, sources: tuple[Path | None, ...], key: str = "output") -> None:
+    """The output may not equal, contain or lie inside any input (inputs are never modified)."""
     resolved = out.resolve()
-    for source in sources:
+    for source in (s for s in sources if s is not None):
         src = source.resolve()
-        if resolved == src or src in resolved.parents or resolved in src.parents:
-            raise InputError(
-                f"output '{out}' overlaps the input '{source}'",
-                "choose an output directory outside the input (inputs are never modified)",
-            )
+        if resolved == src or _same(out, source):
+            how = "is the input"
+        elif src in resolved.parents:
+            how = "lies inside the input"
+        elif resolved in src.parents:
+            how = "contains the input"
+        else:
+            continue
+        raise InputError(f"output '{out}' {how} '{source}'",
+                         f"choose {setting(key)} outside every input (inputs are never modified)")
 
 
-def check_output_dir(out: Path, *, force: bool, sources: tuple[Path, ...] = (), key: str = "output") -> None:
+def check_output_dir(out: Path, *, force: bool, sources: tuple[Path | None, ...] = (), key: str = "output") -> None:
     """Refuse an output directory that would clobber something or cannot be written, before any work."""
-    _check_overlap(out, sources)
+    check_inputs(out, sources, key)
     flag = setting(key)
     if out.exists() or out.is_symlink():
         if not out.is_dir():
@@ -172,18 +99,26 @@ def check_output_dir(out: Path, *, force: bool, sources: tuple[Path, ...] = (), 
         if foreign:
             what = f"is a {kind} but also holds files specdec did not write" if kind else \
                 "is not a specdec bundle or bench results directory"
-            raise InputError(f"output '{out}' {what} ({_listing(foreign)})",
+            raise InputError(f"output '{out}' {what} ({listing(foreign)})",
                              f"--force replaces only what specdec wrote: move those away or choose another {flag}")
     probe_writable(out.parent, out, key)
 
 
-def check_output_file(out: Path, *, force: bool, key: str = "output") -> None:
-    """The same rules for a single output file (`generate -o replies.jsonl`)."""
+def check_output_file(out: Path, *, force: bool, sources: tuple[Path | None, ...] = (), key: str = "output") -> None:
+    """The same rules for a single output file (`generate -o replies.jsonl`): --force replaces a file
+    of a kind specdec writes (`OWNED_FILES`), or an empty one, nothing else."""
     flag = setting(key)
+    check_inputs(out, sources, key)
     if out.is_dir():
         raise InputError(f"output '{out}' is a directory", f"pass a file name as {flag}")
-    if out.exists() and not force:
-        raise InputError(f"output '{out}' already exists", f"pass --force to replace it, or choose another {flag}")
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise InputError(f"output '{out}' already exists", f"pass --force to replace it, or choose another {flag}")
+        if not out.is_file():
+            raise InputError(f"output '{out}' is not a regular file", f"choose another {flag}")
+        if out.stat().st_size and not any(recognise(out) for recognise in OWNED_FILES.values()):
+            raise InputError(f"output '{out}' is not a file specdec wrote (not a {' or '.join(OWNED_FILES)})",
+                             f"--force replaces only what specdec wrote: move it away or choose another {flag}")
     probe_writable(out.parent, out, key)
 
 
@@ -201,7 +136,8 @@ def writable_directory(directory: Path, key: str) -> Path:
 # ---- staging -----------------------------------------------------------------------------------
 
 class _Staged:
-    """Shared by StagedDirectory and StagedFile: parents made on the way, OS errors as one line."""
+    """Shared by StagedDirectory and StagedFile: parents made on the way, the output's lock, stale
+    leftovers swept, OS errors as one line."""
 
     def __init__(self, out: str | Path, key: str) -> None:
         self.out = Path(out)
@@ -209,6 +145,24 @@ class _Staged:
         self._made: list[Path] = []  # parent directories this output created, deepest first
         self._done = False
         self._tmp: Path | None = None
+        self._lock = contextlib.ExitStack()
+
+    def _check(self) -> None:
+        raise NotImplementedError
+
+    def _open(self) -> None:
+        """Parents, then the lock (a second writer fails here, at once), then the checks again under the
+        lock (another writer may have committed since), then the leftovers of a killed writer go."""
+        self._make_parents()
+        try:
+            self._lock.enter_context(hold_output(self.out, self.key))
+            self._check()
+        except BaseException:
+            self._lock.close()
+            self._remove_parents()
+            raise
+        for stale in sweep_leftovers(self.out):
+            log.info("removed %s, left by an earlier run that was killed", stale)
 
     def _make_parents(self) -> None:
         missing = [p for p in (self.out.parent.absolute(), *self.out.parent.absolute().parents) if not p.exists()]
@@ -233,6 +187,8 @@ class _Staged:
                  tb: TracebackType | None) -> None:
         if not self._done:
             self._cleanup()
+        self._lock.close()
+        if not self._done:
             self._remove_parents()
         if exc is not None and self._tmp is not None and is_write_error(exc, self._tmp, self.out):
             assert isinstance(exc, OSError)
@@ -246,17 +202,22 @@ class StagedDirectory(_Staged):
     an existing output is replaced only once the new one is complete.
     """
 
-    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path, ...] = (),
+    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path | None, ...] = (),
                  key: str = "output") -> None:
         super().__init__(out, key)
         self.force = force
-        check_output_dir(self.out, force=force, sources=sources, key=key)
+        self.sources = sources
+        self._check()
+
+    def _check(self) -> None:
+        check_output_dir(self.out, force=self.force, sources=self.sources, key=self.key)
 
     def __enter__(self) -> Self:
-        self._make_parents()
+        self._open()
         try:
             self._tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", suffix=".partial", dir=self.out.parent))
         except OSError as exc:
+            self._lock.close()
             self._remove_parents()
             raise write_error(exc, self.out, self.key) from None
         return self
@@ -291,20 +252,27 @@ class StagedDirectory(_Staged):
 class StagedFile(_Staged):
     """A text file written under a hidden temporary name and renamed into place on `commit`."""
 
-    def __init__(self, out: str | Path, *, force: bool = False, key: str = "output") -> None:
+    def __init__(self, out: str | Path, *, force: bool = False, sources: tuple[Path | None, ...] = (),
+                 key: str = "output") -> None:
         super().__init__(out, key)
-        check_output_file(self.out, force=force, key=key)
+        self.force = force
+        self.sources = sources
+        self._check()
         self._handle: IO[str] | None = None
 
+    def _check(self) -> None:
+        check_output_file(self.out, force=self.force, sources=self.sources, key=self.key)
+
     def __enter__(self) -> Self:
-        self._make_parents()
+        self._open()
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{self.out.name}.", suffix=".partial", dir=self.out.parent)
         except OSError as exc:
+            self._lock.close()
             self._remove_parents()
             raise write_error(exc, self.out, self.key) from None
         self._tmp = Path(tmp)
-        self._handle = os.fdopen(fd, "w")
+        self._handle = os.fdopen(fd, "w", encoding="utf-8")
         return self
 
     def write(self, text: str) -> None:

@@ -22,9 +22,17 @@ from typing import Any
 
 from specdec import __version__
 from specdec.pipeline.bundle.staging import StagedDirectory
-from specdec.pipeline.engine.manifest import BundleInfo, bundle_info
+from specdec.pipeline.engine.bundle_info import BundleInfo, bundle_info
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes, sha256_file
+from specdec.pipeline.graphs.files import (
+    SHARED_DATA,
+    external_bytes,
+    external_locations,
+    graph_files,
+    load_graph,
+    sha256_file,
+)
+from specdec.pipeline.records.bundle_paths import io_mismatch
 from specdec.pipeline.records.manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
@@ -38,6 +46,8 @@ from specdec.pipeline.records.manifest import (
 )
 
 log = logging.getLogger(__name__)
+
+SWAPPED_FIX = "re-create the bundle (were its graph files swapped or replaced?)"
 
 __all__ = ["MANIFEST_NAME", "MANIFEST_SCHEMA", "Bundle", "BundleWriter", "FileEntry", "GraphSpec", "LineageEntry",
            "Manifest", "StagedDirectory", "TensorSpec", "TokenizerSpec", "fingerprint", "input_digests",
@@ -66,6 +76,7 @@ class Bundle:
     def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
         self.manifest = manifest
+        self._io_checked: set[str] = set()  # roles whose graph file was checked against its entry
 
     @classmethod
     def load(cls, path: str | Path) -> Bundle:
@@ -97,12 +108,52 @@ class Bundle:
         path = self.path / spec.file
         if not path.is_file():
             raise BundleError(f"bundle '{self.path}' is missing '{spec.file}'", "re-create the bundle")
+        if role not in self._io_checked:  # once per graph: a stage about to read it pays one structure parse
+            model = load_graph(path, weights=False)  # BundleError if it is no ONNX graph
+            found = [value.name for value in model.graph.input]
+            mismatch = io_mismatch(role, spec.file, [t.name for t in spec.inputs], found)
+            if mismatch is not None:
+                raise BundleError(f"bundle '{self.path}': {mismatch}", SWAPPED_FIX)
+            external_locations(model, path)  # BundleError if its external data would leave the bundle
+            self._io_checked.add(role)
         return path
+
+    def check_graphs(self) -> None:
+        """Every graph file is an ONNX graph with the inputs its manifest entry lists (`graph_path`): what a
+        stage that reads the graphs checks before any work, so a replaced or swapped file fails at once."""
+        for role in self.manifest.graphs:
+            self.graph_path(role)
 
     def runtime_info(self, weight_format: str | None = None) -> BundleInfo:
         """What the decoding engine reads from this (verified) bundle, its target in `weight_format`
         (None: the bundle's own; a tuned plan names the one it chose)."""
         return bundle_info(self.path, self.manifest.with_format(weight_format))
+
+    def runner_files(self, weight_format: str | None = None) -> list[str]:
+        """The files a runner opens: the compiled graphs of a compiled bundle, else the dynamic graphs
+        (with the tensors target and draft share); of a bundle that carries its target in several weight
+        formats, only `weight_format`'s (None: its own); and a reduced draft vocabulary's file, through
+        which the engine maps the draft's candidates. What a device push carries besides the manifest."""
+        manifest = self.manifest.with_format(weight_format)
+        vocab = manifest.draft_spec.vocab
+        extra = {vocab.file} if vocab is not None else set()
+        if manifest.buckets is not None:
+            return sorted({*manifest.buckets.files(), *extra})
+        files = graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
+        # tensors target and draft share (export): the graphs reference them in SHARED_DATA
+        return sorted({*files, *extra, *([SHARED_DATA] if SHARED_DATA in manifest.files else [])})
+
+    def runner_bytes(self, weight_format: str | None = None) -> int:
+        return sum(self.manifest.files[rel].size for rel in self.runner_files(weight_format))
+
+    @property
+    def context(self) -> int:
+        """The positions a reply may reach: the compiled context (or past it under a window KV policy),
+        else the graphs' own."""
+        table = self.manifest.buckets
+        if table is not None:
+            return table.kv_policy.positions(table.max_context)
+        return min(spec.max_position_embeddings for spec in self.manifest.graphs.values())
 
     @property
     def tokenizer_dir(self) -> Path:

@@ -65,11 +65,13 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         sizes[top] = sizes.get(top, 0) + entry.size
     graphs = {}
     for role, spec in manifest.graphs.items():
-        graph_bytes = sum(e.size for rel, e in manifest.files.items() if belongs_to(rel, spec.file))
+        files = role_files(manifest, role)
         graphs[role] = {
             **{key: value for key, value in dump(spec).items() if key not in ("inputs", "outputs")},
             "precision": precision(manifest, role),
-            "bytes": graph_bytes,
+            # what the bundle holds of the graph: a compiled bundle keeps only its compiled graphs
+            "files": files,
+            "bytes": sum(manifest.files[rel].size for rel in files),
             "inputs": compact_io(spec.inputs),
             "outputs": compact_io(spec.outputs),
         }
@@ -82,9 +84,10 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         "graphs": graphs,
         "tokenizer": dump(manifest.tokenizer),
         "total_bytes": sum(sizes.values()),
+        "runner_bytes": bundle.runner_bytes(),  # the files a runner opens: what `bench` pushes to a device
         "bytes_by_entry": sizes,
         "lineage": dump(manifest.lineage),
-        "reports": manifest.reports,
+        "reports": dump(manifest.reports),
         "custom_ops": dump(manifest.custom_ops),
         "quantization": dump(manifest.quantization),
         "buckets": dump(manifest.buckets),
@@ -103,6 +106,21 @@ def draft_summary(manifest: Manifest) -> dict[str, Any] | None:
     return {"kind": spec.kind.value, "vocab_size": graph.vocab_size, "target_vocab_size": target_vocab,
             "vocab_file": spec.vocab.file if spec.vocab is not None else None,
             "feature_layer": spec.feature_layer, "hidden_size": spec.hidden_size}
+
+
+def role_files(manifest: Manifest, role: str) -> list[str]:
+    """The bundle's files of one graph: its compiled graphs (and the weights file they share) in a
+    compiled bundle, else the exported graph and its external data."""
+    table = manifest.buckets
+    if table is None:
+        return [rel for rel in manifest.files if belongs_to(rel, manifest.graphs[role].file)]
+    fused = table.fused.get(role)
+    files = {fused.file, fused.ort_file} if fused is not None else set()
+    for variant in table.graphs.get(role, []):
+        files |= {variant.file, variant.ort_file}
+    if role in table.weights:
+        files.add(table.weights[role])
+    return sorted(rel for rel in files if rel is not None and rel in manifest.files)
 
 
 def kv_cache(manifest: Manifest) -> dict[str, Any]:

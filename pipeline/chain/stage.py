@@ -2,23 +2,31 @@
 
 Each stage writes `OUTPUT/NN-stage/`; a stage whose output already holds the fingerprint this
 run would write (same inputs, same config, same specdec) is reused instead of rebuilt. With no
-file, the built-in demo pair runs on the local device.
+file, the demo's own file runs (pipeline/demo/smollm2/pipeline.yaml: SmolLM2-135M-Instruct on
+this machine, benched on chat requests), writing to ./specdec-out.
 
 The YAML's stage sections ARE the stage configs: a section takes exactly the fields and defaults
 of ExportConfig, SurgeryConfig, QuantizeConfig, CompileConfig or BenchConfig, validated by
 `records.codec` (unknown keys are errors, choices are enums) and by the config's own checks,
 plus `enabled` (all but export). What the chain decides itself is not a section key: `output`
-and `force` of every stage, export's `target`/`draft` and the `profile` of compile and bench
-(top-level keys). Two pipeline defaults differ from the commands' and are listed in
+and `force` of every stage, export's `target`/`draft` and the `profile` of quantize, compile
+and bench (top-level keys). Two pipeline defaults differ from the commands' and are listed in
 `PIPELINE_DEFAULTS`: the articles' pairing (AWQ target, GPTQ draft) and 8 bench prompts.
+Relative paths in a file are relative to the file (`output`, and every path a section takes).
+
+`draft` names where the rounds' drafts come from: a draft checkpoint, `{from_target: {...}}` (a
+draft `specdec draft` makes first), or `lookup`: no draft model, the target exported alone and
+speculating with prompt lookup (bench's drafter, unless the bench section names one).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +34,13 @@ import yaml
 
 from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
 from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle, fingerprint, input_digests
+from specdec.pipeline.checkpoints import builtin
 from specdec.pipeline.compile import CompileConfig, compile_bundle, compile_settings
 from specdec.pipeline.draft import DraftConfig, make_draft
 from specdec.pipeline.draft.report import read as read_draft_report
 from specdec.pipeline.draft.stage import resolve_target
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.export import ExportConfig, export_bundle
-from specdec.pipeline.export import checkpoint as ckpt
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.quantize.config import QuantizeConfig
 from specdec.pipeline.quantize.stage import quantize_bundle
@@ -49,6 +57,13 @@ OUTPUT_DIRS = {"export": "01-export", "surgery": "02-surgery", "quantize": "03-q
 TOP_LEVEL = ("target", "draft", "output", "profile")
 # Where the pipeline's defaults differ from the stage's own (the command's).
 PIPELINE_DEFAULTS: dict[str, dict[str, Any]] = {"quantize": {"draft_method": "gptq"}, "bench": {"limit": 8}}
+LOOKUP = "lookup"  # `draft: lookup`: no draft model; the target speculates with prompt lookup
+DEFAULT_OUTPUT = Path("specdec-out")
+
+
+def demo_config_file() -> Path:
+    """The demo's pipeline file (package data): what `specdec pipeline` runs with no file."""
+    return Path(str(resources.files("specdec.pipeline.demo") / "smollm2" / "pipeline.yaml"))
 
 
 @dataclass(frozen=True)
@@ -78,13 +93,13 @@ class PipelineConfig:
 
 
 def load_config(path: Path | None, *, output: Path | None = None) -> PipelineConfig:
-    """The pipeline YAML (None: the demo pair); `output` overrides the file's output root."""
+    """The pipeline YAML (None: the demo's, writing to ./specdec-out); `output` overrides the file's output root."""
     if path is None:
-        return build_config({}, output=output)
+        return load_config(demo_config_file(), output=output if output is not None else DEFAULT_OUTPUT)
     if not path.is_file():
         raise InputError(f"pipeline config '{path}' does not exist", "pass a YAML file (see docs/pipeline.md)")
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_bytes()) or {}  # bytes: PyYAML names a bad encoding's position
     except yaml.YAMLError as exc:
         raise InputError(f"{path} is not valid YAML ({' '.join(str(exc).split())})", "fix the file") from exc
     try:
@@ -102,11 +117,13 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
     for key in data:
         if key not in TOP_LEVEL and key not in SECTIONS:
             raise RecordError(str(key), "Extra inputs are not permitted")
-    target: str = parse(str, data.get("target", ckpt.DEMO_NAME), "target")
+    target: str = parse(str, data.get("target", builtin.DEMO), "target")
     # relative paths in the file are relative to the file; --out is relative to the working directory
-    root = output if output is not None else base / parse(Path, data.get("output", "specdec-out"), "output")
+    root = output if output is not None else base / parse(Path, data.get("output", str(DEFAULT_OUTPUT)), "output")
     from_target = _from_target(data.get("draft"), target, root, base)
-    draft = str(from_target.output) if from_target else parse(str | None, data.get("draft"), "draft")
+    lookup_only = data.get("draft") == LOOKUP
+    draft = str(from_target.output) if from_target else None if lookup_only else \
+        parse(str | None, data.get("draft"), "draft")
     profile: str | None = parse(str | None, data.get("profile"), "profile")
     skipped: set[str] = set()
 
@@ -122,19 +139,35 @@ def build_config(data: Any, *, output: Path | None = None, base: Path = Path()) 
             if key in owned:
                 raise RecordError(f"{stage}.{key}", "is set by the pipeline, not in a section "
                                   "(use the top-level target, draft, output and profile)")
-        return from_dict(SECTIONS[stage], {**PIPELINE_DEFAULTS.get(stage, {}), **values, **owned}, stage)
+        defaults = {**PIPELINE_DEFAULTS.get(stage, {}), **({"drafter": LOOKUP} if stage == "bench" and lookup_only
+                                                           else {})}
+        values = _relative_to(base, SECTIONS[stage], values)
+        return from_dict(SECTIONS[stage], {**defaults, **values, **owned}, stage)
 
     bench: BenchConfig = section("bench", profile=profile)
+    drafter = bench.decode.drafter
+    if lookup_only and drafter is not None and drafter.needs_model:
+        raise RecordError("bench.drafter", f"{drafter.value} needs a draft model, and `draft: lookup` "
+                                           "exports none (name a draft checkpoint, or drop bench.drafter)")
     return PipelineConfig(
         output=root,
-        export=section("export", target=target, draft=draft),
+        export=section("export", target=target, draft=draft, **({"no_draft": True} if lookup_only else {})),
         surgery=section("surgery"),
-        quantize=section("quantize"),
-        compile=section("compile", profile=bench.profile_name),  # compile for the device bench runs on
+        # quantize and compile for the device bench runs on (its profile's format and graph flavour)
+        quantize=section("quantize", profile=bench.profile_name),
+        compile=section("compile", profile=bench.profile_name),
         bench=bench,
         skipped=frozenset(skipped),
         from_target=from_target,
     )
+
+
+def _relative_to(base: Path, config: type, values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with each relative path a `config` field takes (Path, Path | None) made relative to `base`."""
+    hints = typing.get_type_hints(config)
+    paths = {name for name, hint in hints.items() if hint is Path or Path in typing.get_args(hint)}
+    return {key: str(base / Path(value).expanduser()) if key in paths and isinstance(value, str) else value
+            for key, value in values.items()}
 
 
 def _from_target(value: Any, target: str, root: Path, base: Path) -> DraftConfig | None:
@@ -159,7 +192,7 @@ def _made_draft(config: DraftConfig, progress: Progress) -> None:
     """Make the draft unless OUTPUT/00-draft already holds one made with the same options."""
     report = read_draft_report(config.output)
     if report is not None and report.get("config") == config.record() and \
-            report.get("target") == str(resolve_target(config.target)):
+            report.get("target") == resolve_target(config.target).path:
         log.info("reusing the draft in %s", config.output)
         return
     make_draft(config, progress)

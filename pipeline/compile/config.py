@@ -17,6 +17,11 @@ from specdec.pipeline.records.kv_policy import KVCache, KVDtype, KVPolicy
 from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
 from specdec.pipeline.settings import profiles
 
+# The fewest KV slots a compiled bundle may have: compile validates its graphs on an 11-token prompt,
+# an 8-node tree and a decode step (compile/fused/validate.py), and a bundle must hold a prompt and
+# a reply. Checked with the other settings, before anything is built.
+MIN_CONTEXT = 20
+
 
 class Activations(str, enum.Enum):
     """How the npu flavour quantizes a w8a8 bundle's activations (compile/static/qdq.py)."""
@@ -82,7 +87,7 @@ class CompileConfig:
     # at max_context, which is always the last bucket
     context_buckets: tuple[int, ...] | None = None
     # None: the flavour's default, onnx for npu (its variants share weights files, which ORT
-    # format cannot reference) and both for cpu
+    # format cannot reference) and ort for cpu (the file its runner opens; `both` keeps the .onnx too)
     format: OutputFormat | None = None
     # the KV cache policy (records/kv_policy.py); the profile's when None. `window` is lossy.
     kv_cache: KVCache | None = None
@@ -107,6 +112,9 @@ class CompileConfig:
             notes = (f"the profile {self.profile}'s max context ({context}) exceeds the model's {model_context} "
                      f"positions: compiled for {model_context}",)
             context = model_context
+        if context < MIN_CONTEXT:
+            raise InputError(f"{setting('max_context')} {context} is too small: a compiled bundle holds at least "
+                             f"{MIN_CONTEXT} positions", f"pass {setting('max_context')} {MIN_CONTEXT} or more")
         chunk = self.prefill_chunk or spec.prefill_chunk
         contexts: tuple[int, ...] = ()
         if flavour is GraphFlavour.npu:  # the cpu flavour runs any tree size: buckets do not apply
@@ -128,7 +136,7 @@ class CompileConfig:
                                  "policy's variants span one fixed ring of slots",
                                  f"drop {setting('context_buckets')}")
             contexts = (window_slots(policy, max(*buckets, *draft, chunk)),)
-        output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.both)
+        output_format = self.format or (OutputFormat.onnx if flavour is GraphFlavour.npu else OutputFormat.ort)
         activations = self.activations or Activations.dynamic
         if activations is not Activations.dynamic and flavour is not GraphFlavour.npu:
             raise InputError(f"{setting('activations')} {activations.value} is built for the npu flavour only",
@@ -151,8 +159,13 @@ class CompileConfig:
             return KVPolicy(dtype=dtype)
         sinks = spec.kv_sinks if self.kv_sinks is None else self.kv_sinks
         window = spec.kv_window if self.kv_window is None else self.kv_window
-        if sinks < 0 or window < 1 or sinks + window >= context:
-            raise InputError(f"{setting('kv_sinks')} {sinks} + {setting('kv_window')} {window} must be at least 1 "
-                             f"and below the max context ({context}): the window would keep everything",
+        if sinks < 0:
+            raise InputError(f"{setting('kv_sinks')} {sinks} is negative", f"pass 0 or more {setting('kv_sinks')}")
+        if window < 1:
+            raise InputError(f"{setting('kv_window')} {window} must be at least 1",
+                             f"pass a positive {setting('kv_window')}")
+        if sinks + window >= context:
+            raise InputError(f"{setting('kv_sinks')} {sinks} + {setting('kv_window')} {window} must be below the max "
+                             f"context ({context}): the window would keep everything",
                              f"use a smaller {setting('kv_window')}, or {setting('kv_cache')} full")
         return KVPolicy(KVCache.window, sinks=sinks, window=window, dtype=dtype)

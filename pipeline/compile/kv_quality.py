@@ -8,8 +8,8 @@ the runtime runs it (teacher-forced: each position predicts the next token of th
   every position and over the positions past the policy's reach (where it can differ at all);
 - `perplexity_full`, `perplexity_policy` and `perplexity_delta` (policy − full) of the text.
 
-The text is `--kv-calib`, else the quantize stage's default calibration text, cut into windows of
-max_context tokens (the most the full cache holds).
+The text is `--kv-calib`, else the default calibration text (inputs/calibration.py, the same as
+quantize's), cut into windows of max_context tokens (the most the full cache holds).
 """
 
 from __future__ import annotations
@@ -20,34 +20,21 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.graph import SessionOptions
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
-from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.inputs.calibration import default_calib_path, read_tokens
 from specdec.pipeline.records.kv_policy import KVPolicy
 
 log = logging.getLogger(__name__)
 
-# the quantize stage's default calibration text (general prose and code), shared as a data file
-DEFAULT_TEXT = Path(__file__).resolve().parents[1] / "quantize" / "calib_default.txt"
-MIN_TOKENS = 32
-
-
-def calibration_tokens(tokenizer_dir: Path, path: Path | None) -> list[int]:
+def calibration_tokens(tokenizer_dir: Path, path: Path | None, vocab_size: int) -> list[int]:
+    """The text a lossy policy is measured on: `--kv-calib`, else the default calibration text, read by
+    the one calibration reader (inputs/calibration.py) and tokenised with the bundle's tokenizer."""
     from specdec.pipeline.inputs.text import TextCodec
 
-    source = path or DEFAULT_TEXT
-    try:
-        text = source.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the KV calibration text '{source}': {exc}",
-                         f"pass a UTF-8 text file as {setting('kv_calib')}") from exc
-    tokens = TextCodec(tokenizer_dir).encode(text)
-    if len(tokens) < MIN_TOKENS:
-        raise InputError(f"the KV calibration text '{source}' has {len(tokens)} tokens",
-                         f"pass a text of at least {MIN_TOKENS} tokens as {setting('kv_calib')}")
-    return tokens
+    return read_tokens(path or default_calib_path(), TextCodec(tokenizer_dir).encode, vocab_size, key="kv_calib")
 
 
 def _logits(runner: Runner, ids: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import onnx
 
-from specdec.pipeline.errors import SpecdecError
+from specdec.pipeline.errors import SpecdecError, setting
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def to_ort_format(directory: Path) -> dict[str, Path]:
         )
         if result.returncode != 0:
             tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise CompileError(f"ORT format conversion failed: {tail[0]}", "try --format onnx")
+            raise CompileError(f"ORT format conversion failed: {tail[0]}", f"try {setting('format')} onnx")
         produced = {}
         for ort_file in Path(scratch).glob("*.ort"):
             target = directory / ort_file.name

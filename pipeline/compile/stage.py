@@ -24,8 +24,9 @@ from specdec.pipeline.compile.fused.builder import fused_blocker
 from specdec.pipeline.compile.fused.flavour import FUSED_DIR, compile_fused
 from specdec.pipeline.compile.static.flavour import BUCKET_DIR, compile_static
 from specdec.pipeline.errors import BundleError, InputError, UnsupportedModelError, setting
+from specdec.pipeline.graphs.files import SHARED_DATA, graph_files
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.records.manifest import GraphFlavour
+from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,10 @@ def compile_settings(config: CompileConfig, manifest: Manifest) -> CompileSettin
                              f"window ({own})", f"use {setting('kv_window')} {own} or more")
     flavour, warning = _flavour(settings, manifest)
     if warning is None:
+        if config.format is None and manifest.draft_spec.is_feature:
+            # the fused target and feature draft store the tensors they share once, in an external-data
+            # file, which ORT format cannot reference (fused/flavour.py)
+            return dataclasses.replace(settings, format=OutputFormat.onnx)
         return settings
     # the fallback: check the npu flavour's settings too
     fallback = dataclasses.replace(config, target=flavour).resolve(model_context)
@@ -84,6 +89,7 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     progress = progress or SilentProgress()
     if source.manifest.buckets:
         raise BundleError(f"bundle '{source.path}' is already compiled", "compile the bundle it was made from")
+    source.check_graphs()
     manifest = source.manifest.copy()
     settings = compile_settings(config, manifest)
     if manifest.draft_spec.is_feature and settings.flavour is not GraphFlavour.cpu:
@@ -99,11 +105,16 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
         log.warning("%s", warning)
     for note in settings.notes:
         log.info("%s", note)  # the CLI prints the report's notes
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
-        writer.copy_from(source)
+    with BundleWriter(config.output, force=config.force, sources=(source.path, config.kv_calib)) as writer:
+        # the runners of a compiled bundle open its compiled graphs only: the dynamic graphs it was
+        # compiled from (and their weights) stay in the source bundle, not a second copy here
+        dynamic = [spec.file for spec in source.manifest.graphs.values()]
+        dynamic += [variant.graph.file for variant in source.manifest.variants.values()]
+        writer.copy_from(source, exclude={*graph_files(source.manifest.files, dynamic), SHARED_DATA})
         FLAVOURS[settings.flavour](source, manifest, writer.dir, settings, progress)
-        report = manifest.reports.setdefault("compile", {})
-        report["notes"] = [*settings.notes, *report.get("notes", [])]
+        report = manifest.reports.compile
+        assert report is not None  # every flavour writes its report
+        report.notes = [*settings.notes, *report.notes]
         for name, variant in manifest.variants.items():
             # the target again in each further format, under cpu/<format>/; the draft is the bundle's
             view = source.manifest.with_format(name)
@@ -111,5 +122,6 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
                           subdir=f"{FUSED_DIR}/{name}")
             assert view.buckets is not None
             variant.fused = view.buckets.fused["target"]
-            report.setdefault("variants", {})[name] = view.reports["compile"]
+            assert view.reports.compile is not None
+            report.variants[name] = view.reports.compile
         return writer.finish(manifest, stage="compile", config=settings.record(), inputs=input_digests(source))

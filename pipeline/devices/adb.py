@@ -11,8 +11,6 @@ import logging
 import posixpath
 import re
 import secrets
-import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -182,20 +180,6 @@ class AdbDevice(Device):
         out = self._check(f"if [ -d {q(remote)} ]; then echo dir; elif [ -e {q(remote)} ]; then echo file; "
                           "else echo missing; fi", doing=f"checking {remote}", fix="check the path")
         return out.strip() or "missing"
-
-    def pull(self, remote: str, local: Path) -> None:
-        """`local` becomes a copy of `remote` (a directory's contents merge into an existing one)."""
-        kind = self._kind(remote)
-        if kind == "missing":
-            raise DeviceError(f"{remote} does not exist on {self.serial}",
-                              "the run may have failed before writing it; see its log")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "dir" and local.exists():
-            with tempfile.TemporaryDirectory(dir=local.parent, prefix=".pull-") as tmp:
-                self._adb_transfer("pull", remote, str(Path(tmp) / "x"))
-                shutil.copytree(Path(tmp) / "x", local, dirs_exist_ok=True)
-            return
-        self._adb_transfer("pull", remote, str(local))
 
     # --------------------------------------------------------------------------- background jobs
     def start_background(self, command: str, *, cwd: str, name: str, timeout_s: float) -> BackgroundJob:

@@ -2,7 +2,8 @@
 
 The bench stage only talks to this interface: push files (hash-checked), run a command with a
 timeout while streaming its output, run a long job in the background under `timeout` + nohup
-with a pid file and poll it, pull files, read sensors, and always clean up its work directory.
+with a pid file and poll it, read files and sensors over the shell, and always clean up its work
+directory.
 """
 
 from __future__ import annotations
@@ -62,9 +63,6 @@ class Device(abc.ABC):
     @abc.abstractmethod
     def push(self, local: Path, remote: str) -> None:
         """Copy a file or directory; verify sha256 of every file on the device afterwards."""
-
-    @abc.abstractmethod
-    def pull(self, remote: str, local: Path) -> None: ...
 
     @abc.abstractmethod
     def run(self, command: str, *, timeout_s: float, on_output: OutputSink | None = None,

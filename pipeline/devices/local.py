@@ -131,17 +131,6 @@ class LocalDevice(Device):
                 raise DeviceError(f"sha256 of {copy} does not match {local / name} after copying",
                                   "the copy is corrupt (disk full?); copy again")
 
-    def pull(self, remote: str, local: Path) -> None:
-        source = Path(remote)
-        if not source.exists():
-            raise DeviceError(f"{remote} does not exist",
-                              "the run may have failed before writing it; see its log")
-        local.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, local, dirs_exist_ok=True)
-        else:
-            shutil.copy2(source, local)
-
     # --------------------------------------------------------------------------- background jobs
     def start_background(self, command: str, *, cwd: str, name: str, timeout_s: float) -> BackgroundJob:
         job = shell.job_files(cwd, name)

@@ -1,8 +1,9 @@
 """A run's work directory on a device: created on entry, always removed on exit.
 
-"Always" includes Ctrl-C and SIGTERM (CI cancelling a job sends SIGTERM): inside the session
-SIGTERM raises KeyboardInterrupt so the same cleanup runs, and while the directory is being
-removed further Ctrl-C/SIGTERM are held back until the removal is done. A phone's
+"Always" includes Ctrl-C, SIGTERM (CI cancelling a job sends it) and SIGHUP (a closed terminal):
+inside the session SIGTERM and SIGHUP raise `errors.Interrupted` (a KeyboardInterrupt) so the same
+cleanup runs, and while the directory is being removed further signals are held back until the
+removal is done. A phone's
 /data/local/tmp fills up quickly with leftover bundles otherwise.
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import posixpath
 import secrets
+import shlex
 import signal
 import threading
 import time
@@ -20,11 +23,12 @@ from types import FrameType
 from typing import Any
 
 from specdec.pipeline.devices.base import Device
-from specdec.pipeline.errors import SpecdecError
+from specdec.pipeline.errors import Interrupted, SpecdecError
 
 log = logging.getLogger(__name__)
 
 KEEP_ENV = "SPECDEC_KEEP_REMOTE"
+_STOPPING = (signal.SIGTERM, signal.SIGHUP)  # signals that end a run like Ctrl-C does
 
 
 def new_run_id() -> str:
@@ -48,13 +52,14 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         return
 
     def raise_interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise Interrupted(signum)
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    previous = {sig: signal.signal(sig, raise_interrupt) for sig in _STOPPING}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -68,7 +73,7 @@ def _signals_deferred() -> Iterator[list[int]]:
     def remember(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
 
-    saved: dict[int, Any] = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved: dict[int, Any] = {sig: signal.signal(sig, remember) for sig in (signal.SIGINT, *_STOPPING)}
     try:
         yield received
     finally:
@@ -83,13 +88,16 @@ def _cleanup(device: Device, workdir: str, failing: bool) -> None:
     with _signals_deferred() as received:
         try:
             device.remove(workdir)
+            # and the directory of work dirs, if this run made it and nothing else lives there (the portable
+            # runtime does, when it was pushed: then it stays)
+            device.run(f"rmdir {shlex.quote(posixpath.dirname(workdir))} 2>/dev/null", timeout_s=30)
             log.info("removed %s on %s", workdir, device.serial)
         except SpecdecError as exc:
             # A lost device cannot be cleaned. Say so, but neither hide the error that got us
             # here nor fail a run whose results are already safe on this machine.
             log.warning("could not remove %s on %s: %s", workdir, device.serial, exc.one_line())
     if received and not failing:
-        raise KeyboardInterrupt(f"signal {received[0]} during cleanup")
+        raise Interrupted(received[0])
 
 
 @contextlib.contextmanager

@@ -257,8 +257,24 @@ PYTHON_PROBE = (
 )
 
 
+# onnxruntime (1.2x on Linux and Android) keeps telemetry state from the moment it is imported: a
+# `.ses` file in $TMPDIR and `.cache/Microsoft/DeveloperTools/.onnxruntime/` in $HOME, which on a
+# phone is /data/local/tmp. Nothing may be left on a device, so every Python started there runs
+# with it off (the portable runtime's launcher, portable/specdec-run, does the same).
+NO_TELEMETRY = "ORT_DISABLE_TELEMETRY=1"
+
+
 def python_probe_command(python: str) -> str:
-    return f"{q(python)} -c {q(PYTHON_PROBE)}"
+    return f"{NO_TELEMETRY} {q(python)} -c {q(PYTHON_PROBE)}"
+
+
+def private_environment(workdir: str) -> str:
+    """Variable assignments that keep what a program writes besides its output (caches, temp files, the
+    telemetry state above) inside `workdir`, which the host removes after the run. Python's user site
+    (`pip install --user` packages) stays where the real HOME has it: it is expanded before HOME moves."""
+    home = q(workdir)
+    return (f'PYTHONUSERBASE="${{PYTHONUSERBASE:-$HOME/.local}}" HOME={home} TMPDIR={home} '
+            f"XDG_CACHE_HOME={q(workdir + '/.cache')} XDG_CONFIG_HOME={q(workdir + '/.config')} {NO_TELEMETRY}")
 
 
 def parse_python_probe(python: str, stdout: str) -> tuple[PythonStatus, dict[str, str]]:

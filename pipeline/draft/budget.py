@@ -2,7 +2,7 @@
 measured step time, not fixed counts.
 
 At the Qwen2.5-0.5B shape a fixed first chunk (8 + 8 rows of 128 tokens) and a fixed probe (8 rows
-x 64 tokens) took 9 minutes of a 5-minute budget on a loaded 2-core machine (benchmarks/RESULTS.md).
+x 64 tokens) took 9 minutes of a 5-minute budget on a loaded 2-core machine (benchmarks/RESULTS-archive.md).
 A few short target forwards are timed first; from them a cost model predicts a generation chunk and
 an importance probe, and each phase takes the largest size that fits its share, down to a floor.
 """

@@ -64,7 +64,7 @@ class Importance:
 
 
 @dataclass(frozen=True)
-class Plan:
+class PrunePlan:
     layers: tuple[int, ...]  # target layer indices, ascending
     groups: tuple[tuple[int, ...], ...]  # per kept layer: the KV groups kept, ascending
     channels: tuple[tuple[int, ...], ...]  # per kept layer: the FFN channels kept, ascending
@@ -191,7 +191,7 @@ def _round_up(value: int, block: int, top: int) -> int:
 
 
 def choose(importance: Importance, shape: Geometry, *, size: float, layers: int | None, heads: int | None,
-           ffn: int | None) -> Plan:
+           ffn: int | None) -> PrunePlan:
     """The pruning plan: explicit counts where given, else the measured defaults for `size`.
 
     `size` is the draft's share of the target's decoder-layer weights (the per-token work the draft
@@ -213,7 +213,7 @@ def choose(importance: Importance, shape: Geometry, *, size: float, layers: int 
     def top(scores: Sequence[float], count: int) -> tuple[int, ...]:
         return tuple(sorted(sorted(range(len(scores)), key=lambda j: (-scores[j], j))[:count]))
 
-    return Plan(layers=kept, groups=tuple(top(importance.groups[i], kv) for i in kept),
+    return PrunePlan(layers=kept, groups=tuple(top(importance.groups[i], kv) for i in kept),
                 channels=tuple(top(importance.channels[i], ffn) for i in kept))
 
 
@@ -230,7 +230,7 @@ def check_counts(shape: Geometry, *, layers: int | None, heads: int | None, ffn:
                          f"{shape.intermediate} FFN channels", f"pass one of 64, 128, ... {top}")
 
 
-def draft_config(target_config: Any, plan: Plan, shape: Geometry) -> Any:
+def draft_config(target_config: Any, plan: PrunePlan, shape: Geometry) -> Any:
     data = target_config.to_dict()
     data.update(num_hidden_layers=len(plan.layers), num_key_value_heads=plan.kv_heads,
                 num_attention_heads=plan.kv_heads * shape.group, head_dim=shape.head_dim,
@@ -266,7 +266,7 @@ def _layer_state(layer: Any, groups: Sequence[int], channels: Sequence[int],
     return state
 
 
-def build(target: Any, plan: Plan, shape: Geometry) -> Any:
+def build(target: Any, plan: PrunePlan, shape: Geometry) -> Any:
     """The draft model: the target's tensors sliced per `plan`; embedding, head and final norm are copies."""
     config = draft_config(target.config, plan, shape)
     config._attn_implementation = target.config._attn_implementation  # the same kernels: the same numbers
@@ -283,7 +283,3 @@ def build(target: Any, plan: Plan, shape: Geometry) -> Any:
     log.info("draft: layers %s, %d KV groups, %d FFN channels", list(plan.layers), plan.kv_heads, plan.intermediate)
     return draft
 
-
-# Tensors the draft takes unchanged from the target and never trains: a bundle stores them once.
-def shared_names(model: Any) -> list[str]:
-    return [name for name, _ in model.named_parameters() if not name.startswith("model.layers.")]

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from specdec.pipeline.bundle.staging import DRAFT_REPORT
+from specdec.pipeline.bundle.owned import DRAFT_REPORT
 
 REPORT_NAME = DRAFT_REPORT
 SCHEMA = "specdec.draft/1"

@@ -20,19 +20,22 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.bundle.locks import hold_output
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
+from specdec.pipeline.checkpoints.gguf import forget_quantization
+from specdec.pipeline.checkpoints.locate import locate
+from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.draft import budget, distill, pruning, report
-from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
+from specdec.pipeline.inputs.calibration import read_tokens
+from specdec.pipeline.inputs.weights import check_coverage, check_weight_files
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
 
-DEMO_NAME = "demo"
 STATE_VERSION = 1
 
 
@@ -46,7 +49,9 @@ class DraftConfig:
     heads: int | None = None  # KV heads (GQA groups) kept per layer (default: all)
     ffn: int | None = None  # FFN channels kept per layer, a multiple of 64 (default: measured)
     calib: Path | None = None  # user text (plain, or JSONL with text / input_ids) to distil on as well
-    minutes: float | None = None  # training time budget (default: DEFAULT_MINUTES unless steps is given)
+    # wall-clock budget of the whole run — loading, the target's text, the importance probe, distillation,
+    # the evaluation and saving (default: DEFAULT_MINUTES unless steps is given)
+    minutes: float | None = None
     steps: int | None = None  # optimizer steps (with minutes: at most this many)
     samples: int = 512  # rows the target writes (sampled, and as many greedy continuations)
     seq: int = 128  # tokens per row
@@ -91,7 +96,7 @@ class DraftConfig:
 
 
 DEFAULT_MINUTES = 15.0
-# chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS.md, "specdec draft: smaller
+# chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS-archive.md, "specdec draft: smaller
 # sizes against the demo draft"): 0.1 keeps all 4 of its working layers (agreement 0.85-1.0 with
 # the target; faster than the demo draft in 6 of 6 turns, float and w8a8: "specdec draft with its
 # defaults against the demo draft", 2026-12-04); 0.03 (2 layers) and 0.02 (1 layer) agreed 0.58
@@ -103,50 +108,57 @@ IMPORTANCE_BATCH = 4  # probe rows a pass (pruning.measure)
 
 
 @dataclass(frozen=True)
-class DraftResult:
+class MadeDraft:
     path: Path
     report: dict[str, Any]
 
 
-def resolve_target(spec: str) -> Path:
-    if spec == DEMO_NAME:
-        return Path(str(resources.files("specdec.pipeline.demo") / "target"))
-    path = Path(spec).expanduser()
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise InputError(f"target '{spec}' is not a Hugging Face checkpoint directory (no config.json)",
-                         "pass a directory written by `save_pretrained`, or 'demo'")
-    if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
-        raise InputError(f"target '{spec}' has a config.json but no weights", "copy the weight files into it")
-    return path
+def resolve_target(spec: str) -> CheckpointSource:
+    """The target: a Hugging Face checkpoint directory, a GGUF file (or a directory holding one), or a built-in."""
+    source = locate(spec, "target")
+    if not source.is_gguf and not Path(source.location).is_dir():
+        raise InputError(f"target '{spec}' is not a local checkpoint", "pass a local checkpoint directory or GGUF file")
+    return source
 
 
 def state_path(output: Path) -> Path:
     return output.parent / f".{output.name}.draft-state.pt"
 
 
-def _load(path: Path, config: DraftConfig) -> tuple[Any, Any, Any]:
+def _load(source: CheckpointSource, config: DraftConfig) -> tuple[Any, Any, Any]:
     """Config, tokenizer and float32 model; unsupported architectures and bad counts fail before the weights."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    source.gguf_facts("target")  # an unreadable GGUF file fails here, in one line
+    where, select = source.location, source.load_kwargs()
     try:
-        target_config = AutoConfig.from_pretrained(str(path))
+        target_config = AutoConfig.from_pretrained(where, **select)
         shape = pruning.geometry(target_config)
         pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32, attn_implementation="sdpa")
+        tokenizer = AutoTokenizer.from_pretrained(where, **select)
+        if not source.is_gguf:
+            check_weight_files(where, "target")
+        # with output_loading_info, from_pretrained returns (model, loading report): typed as the model alone
+        loaded: Any = AutoModelForCausalLM.from_pretrained(where, **select, dtype=torch.float32,
+                                                           attn_implementation="sdpa", output_loading_info=True)
+        model, loading = loaded
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise InputError(f"cannot load target '{path}': {reason}", "pass a local checkpoint directory") from exc
+        raise InputError(f"cannot load target '{source.path}': {reason}",
+                         "pass a local checkpoint directory or GGUF file") from exc
+    if source.is_gguf:
+        forget_quantization(model)
+    else:
+        check_coverage(where, "target", loading)
     model.train(False)
     return target_config, tokenizer, model
 
 
-def _fingerprint(target: Path, config: DraftConfig) -> str:
+def _fingerprint(target: CheckpointSource, config: DraftConfig) -> str:
     digest = hashlib.sha256(json.dumps(config.record(), sort_keys=True, default=str).encode())
-    for file in sorted(target.iterdir()):
-        if file.is_file():
-            digest.update(file.name.encode() + str(file.stat().st_size).encode())
+    for file in target.files():
+        digest.update(file.name.encode() + str(file.stat().st_size).encode())
     return digest.hexdigest()
 
 
@@ -166,7 +178,7 @@ def _resume_state(config: DraftConfig, fingerprint: str) -> dict[str, Any] | Non
 
 
 def make_draft(config: DraftConfig, progress: Progress | None = None,
-               step_cost: budget.StepCost | None = None) -> DraftResult:
+               step_cost: budget.StepCost | None = None) -> MadeDraft:
     """`step_cost`: the target's step time, instead of measuring it (tests size a budget with it)."""
     import torch
     from transformers.utils import logging as hf_logging
@@ -174,7 +186,8 @@ def make_draft(config: DraftConfig, progress: Progress | None = None,
     threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
     try:
-        return _make_draft(config, progress, step_cost)
+        with hold_output(config.output):  # one writer of the output for the whole run, not only its last step
+            return _make_draft(config, progress, step_cost)
     finally:
         torch.set_num_threads(threads)  # config.threads is this run's, not the process's
         if bars:
@@ -212,20 +225,21 @@ def _budget_report(planned: dict[str, dict[str, Any]], phases: dict[str, float],
         for name, key in spent.items()}}
 
 
-def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budget.StepCost | None) -> DraftResult:
+def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budget.StepCost | None) -> MadeDraft:
     import torch
 
     progress = progress or SilentProgress()
     started = time.time()
-    target_dir = resolve_target(config.target)
-    check_output_dir(config.output, force=config.force, sources=(target_dir,))
+    source = resolve_target(config.target)
+    target_path = Path(source.path)
+    check_output_dir(config.output, force=config.force, sources=(target_path, config.calib))
     if config.calib is not None and not config.calib.is_file():
         raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
-    fingerprint = _fingerprint(target_dir, config)
+    fingerprint = _fingerprint(source, config)
     resume = _resume_state(config, fingerprint)
     torch.set_num_threads(config.threads or distill.default_threads())
     torch.manual_seed(config.seed)
-    target_config, tokenizer, target = _load(target_dir, config)
+    target_config, tokenizer, target = _load(source, config)
     shape = pruning.geometry(target_config)
     for param in target.parameters():
         param.requires_grad_(False)
@@ -240,7 +254,8 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
 
     if resume is None:
         cost = (step_cost or budget.measure(target, int(start))) if budget_s is not None else None
-        calib = read_tokens(config.calib, tokenizer, shape.vocab) if config.calib else None
+        calib = (read_tokens(config.calib, lambda text: tokenizer.encode(text, add_special_tokens=False), shape.vocab)
+                 if config.calib else None)
         seq, chunk_rows = config.seq, None
         if cost is not None and budget_s is not None:
             text = budget.first_chunk(cost, started + budget_s * budget.CORPUS_SHARE - time.time(),
@@ -282,7 +297,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
     else:
         corpus = distill.Corpus.from_state(resume["corpus"])
         importance = pruning.Importance(**resume["importance"])
-        plan = pruning.Plan(**resume["plan"])
+        plan = pruning.PrunePlan(**resume["plan"])
         planned = resume.get("budget", {})
         training = resume["training"]
     draft = pruning.build(target, plan, shape)
@@ -320,7 +335,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
     reference = target.to(saved.dtype)  # the target as its checkpoint stores it
     figures = report.sizes(reference, saved)
     result = {
-        "target": str(target_dir), "config": config.record(),
+        "target": source.path, "config": config.record(),
         "plan": {"layers": list(plan.layers), "kv_heads": plan.kv_heads, "intermediate": plan.intermediate,
                  "groups": [list(g) for g in plan.groups]},
         "importance": {"layer_kl": [round(v, 5) for v in importance.layer_kl]},
@@ -332,13 +347,14 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         "minutes": (time.time() - started) / 60,
         "budget": _budget_report(planned, phases, config.budget_minutes),
     }
-    with StagedDirectory(config.output, force=config.force, sources=(target_dir,)) as staged:
+    with StagedDirectory(config.output, force=config.force, sources=(target_path, config.calib)) as staged:
         saved.save_pretrained(str(staged.dir))
         tokenizer.save_pretrained(str(staged.dir))
-        if (target_dir / "generation_config.json").is_file():
-            shutil.copy(target_dir / "generation_config.json", staged.dir / "generation_config.json")
+        generation = target_path / "generation_config.json"
+        if not source.is_gguf and generation.is_file():
+            shutil.copy(generation, staged.dir / "generation_config.json")
         result["files"] = [*sorted(p.name for p in staged.dir.iterdir()), report.REPORT_NAME]
         report.write(staged.dir, result)
         path = staged.commit()
     state_path(config.output).unlink(missing_ok=True)
-    return DraftResult(path=path, report=result)
+    return MadeDraft(path=path, report=result)

@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.engine.controllers import build_chain
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.graph import SessionOptions
-from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.engine.memory import kv_bytes_per_token, peak_rss_kb, reset_peak, rss_kb
 from specdec.pipeline.engine.static import StaticRunner
 from specdec.pipeline.engine.stats import Reply

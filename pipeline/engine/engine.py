@@ -25,11 +25,11 @@ from specdec.custom_ops.block_sparse_verify import (
     target_probs,
     verify_rrs,
 )
+from specdec.pipeline.engine.bundle_info import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.engine.drafter import Drafter, DraftResult, RoundPlan
 from specdec.pipeline.engine.graph import HIDDEN_STATES, SessionOptions
 from specdec.pipeline.engine.int8_range import check_weight_range
 from specdec.pipeline.engine.lookup import LookupDrafter, ModelLookupDrafter
-from specdec.pipeline.engine.manifest import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.engine.model_drafter import ModelDrafter
 from specdec.pipeline.engine.processors import Constraints, ProcessorCache, build
 from specdec.pipeline.engine.processors.base import REFUSED
@@ -37,7 +37,7 @@ from specdec.pipeline.engine.rng import Randomness, Stream
 from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.engine.stats import ACCEPT, COMMIT, PROCESS, VERIFY, Reply, RoundStats, StageClock
 from specdec.pipeline.engine.tree import LOOKUP, MODEL, DraftTree, ancestor_matrix
-from specdec.pipeline.errors import BundleError, GenerationError, setting
+from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, VerifyMode
 from specdec.pipeline.records.manifest import GraphFlavour
 
@@ -128,17 +128,19 @@ class Engine:
         return sample_token(probs, rand.token_uniform(generated_index))
 
     def check_prompt(self, prompt: Sequence[int]) -> list[int]:
+        """The prompt's ids, or InputError (exit 2: a prompt that cannot be used is bad input, not a decoding
+        failure): empty, longer than the context, or holding ids the vocabulary has no token for."""
         ids = [int(t) for t in prompt]
         if not ids:
-            raise GenerationError("the prompt is empty", "pass at least one token of text")
+            raise InputError("the prompt is empty", "pass at least one token of text")
         if len(ids) >= self.max_context:
-            raise GenerationError(
+            raise InputError(
                 f"the prompt has {len(ids)} tokens but the bundle's context is {self.max_context}",
                 "shorten the prompt or pass --truncate to keep its last tokens",
             )
         bad = [t for t in ids if not 0 <= t < self.vocab]
         if bad:
-            raise GenerationError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab - 1})",
+            raise InputError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab - 1})",
                                   "tokenize with the bundle's tokenizer")
         return ids
 

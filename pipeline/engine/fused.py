@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.chunked import is_causal, kept_past_chunks, row_axis, visible_past_chunks
 from specdec.pipeline.engine.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot, RowInputs
 from specdec.pipeline.engine.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY, LayerGroup
 from specdec.pipeline.engine.graph import OP_INPUT_NAMES, ROW_INPUT_NAMES, SessionOptions, make_session
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.engine.masks import hide_beyond_window
 from specdec.pipeline.engine.runner import build_mask, causal, no_scratch
 from specdec.pipeline.errors import GenerationError, setting
@@ -58,6 +58,10 @@ class FusedRunner:
         self.dtype = np.dtype(info.dtype)
         self.mask_min = float(np.finfo(self.dtype).min)
         self.capacity = capacity
+        # GroupQueryAttention checks every call's rows (the pad row included) against its rotary tables,
+        # which compile builds `capacity` positions long: a call must end `spare_rows` before them, or
+        # onnxruntime fails mid-reply ("cos_cache dimension 0 shall not be less than total_sequence_length").
+        self.positions = capacity - spare_rows
         windows = info.decoder.windows if info.decoder is not None else [None] * info.num_layers
         self.groups: list[LayerGroup] = []
         for window in sorted({*windows}, key=lambda w: w or 0):
@@ -109,7 +113,7 @@ class FusedRunner:
 
     @property
     def max_context(self) -> int:
-        return self.capacity
+        return self.positions
 
     @property
     def kv_bytes(self) -> int:
@@ -242,8 +246,9 @@ class FusedRunner:
         return int(next_token)
 
     def _check_room(self, total: int) -> None:
-        if total > self.capacity:
-            raise GenerationError(f"the {self.info.role} KV buffer of {self.capacity} slots is full",
+        """Before the call: the rows it reaches fit the KV buffer and the rotary tables (`positions`)."""
+        if total > self.positions:
+            raise GenerationError(f"the {self.info.role} KV buffer of {self.positions} slots is full",
                                   "compile with a larger --max-context or generate fewer tokens")
 
     # -- the windowed layers' rows ------------------------------------------------------------

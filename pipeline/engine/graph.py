@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from specdec.pipeline.engine.manifest import GraphInfo
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK, mask_feeds
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.bundle_paths import io_mismatch
 from specdec.pipeline.records.decode import PruneParams
 
 # Below this size the generic and static graphs' kernels are too short for intra-op threads to pay
@@ -110,6 +111,9 @@ class Graph:
         self.mask_min = np.finfo(self.dtype).min
         inputs = [i.name for i in self.session.get_inputs()]
         outputs = [o.name for o in self.session.get_outputs()]
+        mismatch = io_mismatch(info.role, info.file.name, info.input_names, inputs)
+        if mismatch is not None:
+            raise BundleError(mismatch, "re-create the bundle (were its graph files swapped or replaced?)")
         self._past_names = [n for n in inputs if n.startswith("past_key_values.")]
         self._present_names = [n for n in outputs if n.startswith("present.")]
         self._op_inputs = [n for n in inputs if n in OP_INPUT_NAMES]

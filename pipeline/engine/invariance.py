@@ -16,27 +16,15 @@ and greedy outputs diverge. This module measures, on the graph itself:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
 from specdec.pipeline.engine.runner import Runner, causal, no_scratch, prefill
 from specdec.pipeline.engine.tree import ancestor_matrix
+from specdec.pipeline.records.reports import Invariance
 
 _PROMPT = 24
 _CHAIN = 8
 _TREE_PARENTS = np.array([-1, 0, 0, 1, 2, 3, 3, 5], np.int64)
-
-
-@dataclass(frozen=True)
-class Invariance:
-    single_row: bool
-    chain: bool
-    tree: bool
-    max_tree_diff: float
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _step(runner: Runner, token: int, pad: bool) -> np.ndarray:

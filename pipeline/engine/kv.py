@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from specdec.pipeline.engine.manifest import GraphInfo
+from specdec.pipeline.engine.bundle_info import GraphInfo
 
 
-class KVCache:
+class KVBuffers:
     def __init__(self, info: GraphInfo) -> None:
         shape = (1, info.num_kv_heads, 0, info.head_dim)
         self.layers: list[np.ndarray] = [np.zeros(shape, np.dtype(info.dtype)) for _ in range(2 * info.num_layers)]

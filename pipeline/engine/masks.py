@@ -53,6 +53,3 @@ def mask_feeds(names: tuple[str, ...] | list[str], mask: np.ndarray, query_posit
             feeds[name] = hide_beyond_window(mask, query_positions, key_positions, window, neg)
     return feeds
 
-
-def window_of(decoder: Decoder | None) -> int | None:
-    return decoder.window if decoder is not None else None

@@ -244,7 +244,7 @@ class ModelDrafter:
 
         A chain (the exact layout) takes one child per level whatever its siblings score, so only
         its length can run out of budget: ranking it against siblings it will never take cut chains
-        to 3.9 of a planned 6 nodes on a draft whose every token was accepted (benchmarks/RESULTS.md,
+        to 3.9 of a planned 6 nodes on a draft whose every token was accepted (benchmarks/RESULTS-archive.md,
         2026-12-04).
         """
         if chain:

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.graph import Graph, SessionOptions
-from specdec.pipeline.engine.kv import KVCache
-from specdec.pipeline.engine.manifest import GraphInfo
+from specdec.pipeline.engine.kv import KVBuffers
 from specdec.pipeline.engine.masks import hide_beyond_window
 from specdec.pipeline.engine.tree import ancestor_matrix
 from specdec.pipeline.records.kv_policy import KVPolicy
@@ -119,7 +119,7 @@ class DynamicRunner:
         self.has_prune = self.graph.has_prune
         self.single_row_exact = False
         self.has_verify = self.graph.has_verify
-        self.kv = KVCache(info)
+        self.kv = KVBuffers(info)
         self._scratch_positions = np.zeros(0, np.int64)
         self.last_bytes_out = 0
 
@@ -144,7 +144,7 @@ class DynamicRunner:
         return self.kv_bytes
 
     def reset(self) -> None:
-        self.kv = KVCache(self.info)
+        self.kv = KVBuffers(self.info)
         self._scratch_positions = np.zeros(0, np.int64)
 
     def forward(

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import BundleInfo, GraphInfo
 from specdec.pipeline.engine.graph import SessionOptions, default_op_inputs, make_session
-from specdec.pipeline.engine.manifest import BundleInfo, GraphInfo
 from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK
 from specdec.pipeline.errors import BundleError, GenerationError, setting
 

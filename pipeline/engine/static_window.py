@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import BundleInfo, GraphInfo
 from specdec.pipeline.engine.chunked import is_causal, kept_past_chunks, visible_past_chunks
 from specdec.pipeline.engine.graph import SessionOptions
-from specdec.pipeline.engine.manifest import BundleInfo, GraphInfo
 from specdec.pipeline.engine.masks import SLIDING_MASK
 from specdec.pipeline.engine.runner import causal, no_scratch
 from specdec.pipeline.engine.static import StaticRunner, _Bucket

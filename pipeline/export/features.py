@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.checkpoints import builtin
+from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.engine.graph import HIDDEN_OUT, HIDDEN_STATES
 from specdec.pipeline.errors import CompatibilityError, InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
@@ -35,13 +37,9 @@ from specdec.pipeline.export.architectures import KVGeometry, lookup, usable_con
 from specdec.pipeline.export.torch_graph import trace
 from specdec.pipeline.export.validate import TREE_PARENTS, Check, tree_depths
 from specdec.pipeline.graphs.files import describe_io
-from specdec.pipeline.records.manifest import (
-    DRAFT_VOCAB_FILE,
-    DraftKind,
-    DraftSpec,
-    DraftVocab,
-    GraphSpec,
-)
+from specdec.pipeline.inputs.text import read_text_file
+from specdec.pipeline.records.draft_spec import DRAFT_VOCAB_FILE, DraftKind, DraftSpec, DraftVocab
+from specdec.pipeline.records.manifest import CheckpointFormat, GraphSpec, SourceFormat
 
 _PROMPT_LEN = 8
 _EXAMPLE_Q, _EXAMPLE_PAST = 3, 4  # as torch_graph: q >= 2 and past >= 2 keep the trace general
@@ -57,7 +55,7 @@ class FeatureSource:
 
 def feature_source(spec: str | None) -> FeatureSource | None:
     """The feature draft at `spec` (a checkpoint directory), or None when it is another kind of draft."""
-    if spec is None or spec == ckpt.DEMO_NAME:
+    if spec is None or builtin.lookup(spec) is not None:
         return None
     path = Path(spec).expanduser()
     if not path.is_dir():
@@ -91,7 +89,7 @@ def load_tokenizer(feature: FeatureSource) -> Any:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity(logging.ERROR)
     try:
-        return ckpt.load_tokenizer(feature.source, "draft")
+        return ckpt.load_tokenizer(CheckpointSource(feature.source), "draft")
     finally:
         hf_logging.set_verbosity(verbosity)
 
@@ -173,7 +171,8 @@ def draft_graph_spec(draft: Any, path: Path, source: str, dtype: str, context: i
     config = draft.config
     decoder = lookup("llama").describe(draft.llama, draft)  # the draft's layers are Llama's
     inputs, outputs = describe_io(path)
-    return GraphSpec(file=path.name, architecture=config.model_type, source=source, dtype=dtype,  # type: ignore[arg-type]
+    return GraphSpec(file=path.name, architecture=config.model_type, source=source,
+                     source_format=SourceFormat(CheckpointFormat.huggingface), dtype=dtype,  # type: ignore[arg-type]
                      num_layers=config.num_hidden_layers, num_kv_heads=config.num_key_value_heads,
                      head_dim=config.head_dim, vocab_size=config.draft_vocab_size,
                      max_position_embeddings=min(context, usable_context(draft.llama)), inputs=inputs,
@@ -303,17 +302,17 @@ def _path(node: int) -> list[int]:
 
 def read_vocab_file(path: Path, target_vocab: int) -> np.ndarray:
     """`--draft-vocab FILE`: target ids as a numpy .npy array or text (JSON list, or whitespace-separated)."""
+    if not path.is_file():
+        raise InputError(f"{setting('draft_vocab')} file '{path}' does not exist", "check the path")
     try:
         if path.suffix == ".npy":
             raw: Any = np.load(path, allow_pickle=False)
         else:
-            text = path.read_text(encoding="utf-8")
+            text = read_text_file(path, setting("draft_vocab"))
             raw = json.loads(text) if text.lstrip().startswith("[") else text.split()
         ids = np.asarray(raw)
         if ids.dtype.kind not in "iu":
             ids = np.asarray([int(v) for v in np.ravel(ids)], np.int64)
-    except FileNotFoundError:
-        raise InputError(f"{setting('draft_vocab')} file '{path}' does not exist", "check the path") from None
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"{setting('draft_vocab')} file '{path}' holds no list of token ids ({exc})",
                          "write the ids with numpy.save, or as whitespace-separated integers") from None

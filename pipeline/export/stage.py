@@ -1,8 +1,9 @@
-"""`specdec export`: Hugging Face target + draft -> a validated ONNX bundle.
+"""`specdec export`: Hugging Face or GGUF target + draft -> a validated ONNX bundle.
 
-Without a draft (no `--draft` for a checkpoint, `--no-draft` for the demo) the bundle holds the
-target graph only: `manifest.graphs` has no `draft`, `reports.export.draft` says why, and the
-bundle speculates with prompt lookup (`--drafter lookup`) or decodes plainly.
+Without a draft (no `--draft` for a checkpoint or a built-in without one, `--no-draft` for
+`demo-tiny`) the bundle holds the target graph only: `manifest.graphs` has no `draft`,
+`reports.export.draft` says why, and the bundle speculates with prompt lookup (`--drafter lookup`)
+or decodes plainly.
 
 A feature draft (`--draft` naming a checkpoint of pipeline/draft/feature_model.py's format) makes
 the target graph output `hidden_states` too and exports the draft on the target's embedding
@@ -21,6 +22,8 @@ from typing import Any
 
 from specdec.pipeline.bundle.staging import check_output_dir
 from specdec.pipeline.bundle.store import Bundle, BundleWriter, GraphSpec, Manifest, TokenizerSpec
+from specdec.pipeline.checkpoints import builtin
+from specdec.pipeline.checkpoints.locate import locate
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
 from specdec.pipeline.export import features
@@ -31,6 +34,8 @@ from specdec.pipeline.export.torch_graph import export_onnx
 from specdec.pipeline.export.validate import enforce, validate_graph
 from specdec.pipeline.graphs.files import describe_io, sha256_file
 from specdec.pipeline.progress import Progress, SilentProgress
+from specdec.pipeline.records.manifest import CheckpointFormat, SourceFormat
+from specdec.pipeline.records.reports import ExportReport, Reports
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +52,8 @@ class DType(str, enum.Enum):
 class ExportConfig:
     target: str
     output: Path
-    draft: str | None = None  # None: the demo's draft for 'demo', else no draft (a target-only bundle)
-    no_draft: bool = False  # export the target alone, also for 'demo'
+    draft: str | None = None  # None: a built-in target's own draft where it has one, else none (target only)
+    no_draft: bool = False  # export the target alone, also for a built-in with a draft (demo-tiny)
     opset: int = 18
     dtype: DType = DType.float32
     force: bool = False
@@ -65,12 +70,15 @@ class ExportConfig:
 
     @property
     def target_only(self) -> bool:
-        return self.no_draft or (self.draft is None and self.target != ckpt.DEMO_NAME)
+        if self.no_draft:
+            return True
+        model = builtin.lookup(self.target) if self.draft is None else None
+        return self.draft is None and (model is None or model.draft is None)
 
     def sources(self) -> dict[str, str]:
         if self.target_only:
             return {"target": self.target}
-        return {"target": self.target, "draft": self.draft or ckpt.DEMO_NAME}
+        return {"target": self.target, "draft": self.draft or self.target}  # no draft given: the built-in's
 
     def record(self) -> dict[str, Any]:
         """What the lineage stores: everything that changes the output, nothing that does not."""
@@ -87,7 +95,7 @@ class ExportConfig:
         """sha256 of every checkpoint file: the export's lineage inputs, and what `specdec pipeline`
         compares to reuse an export. Computed once per config, here only."""
         digests = {f"{role}/{name}": digest for role, spec in self.sources().items()
-                   for name, digest in ckpt.source_digests(ckpt.resolve(spec, role)).items()}
+                   for name, digest in locate(spec, role).digests().items()}
         if self.draft_vocab is not None and self.draft_vocab.is_file():
             digests["draft_vocab"] = sha256_file(self.draft_vocab)
         return digests
@@ -110,6 +118,12 @@ def _tokenizer_spec(tokenizer: Any, generation_eos: Any) -> TokenizerSpec:
     )
 
 
+def _source_format(checkpoint: ckpt.Checkpoint) -> SourceFormat:
+    if checkpoint.gguf is None:
+        return SourceFormat(CheckpointFormat.huggingface)
+    return SourceFormat(CheckpointFormat.gguf, checkpoint.gguf.file_type, checkpoint.gguf.tensor_types)
+
+
 def _check_pair_before_export(config: ExportConfig, feature: features.FeatureSource | None
                               ) -> tuple[dict[str, ckpt.Checkpoint], PairReport]:
     """Load configs and tokenizers only, so a mismatched pair fails before any weight is read."""
@@ -127,9 +141,19 @@ def _check_pair_before_export(config: ExportConfig, feature: features.FeatureSou
     return light, report
 
 
+def _input_paths(config: ExportConfig) -> tuple[Path, ...]:
+    """The checkpoints (and a draft vocabulary file) the export reads, where they are on this machine
+    (the output may not touch them)."""
+    paths = [Path(locate(spec, role).path) for role, spec in config.sources().items()]
+    if config.draft_vocab is not None:
+        paths.append(config.draft_vocab.expanduser())
+    return tuple(path for path in paths if path.exists())
+
+
 def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bundle:
     progress = progress or SilentProgress()
-    check_output_dir(config.output, force=config.force)
+    checkpoints = _input_paths(config)
+    check_output_dir(config.output, force=config.force, sources=checkpoints)
     if config.opset < 18:
         raise InputError(f"{setting('opset')} {config.opset} is too old",
                          "use 18 or newer (torch.onnx dynamo needs it)")
@@ -141,10 +165,10 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
     graphs: dict[str, GraphSpec] = {}
     validation: dict[str, Any] = {}
     draft: Any = None  # the feature draft, loaded on the target's embedding
-    with BundleWriter(config.output, force=config.force) as writer:
+    with BundleWriter(config.output, force=config.force, sources=checkpoints) as writer:
         for role in (r for r in ROLES if r in light):
             source = light[role]
-            with progress.task(f"loading {role} {Path(source.source).name}"):
+            with progress.task(f"loading {role} {Path(source.source.path).name}"):
                 model = ckpt.load_model(source.source, role, source.config, config.dtype.value)
             architecture = source.architecture
             geometry = architecture.geometry(source.config)
@@ -167,7 +191,8 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
             graphs[role] = GraphSpec(
                 file=path.name,
                 architecture=architecture.model_type,
-                source=source.source,
+                source=source.source.path,
+                source_format=_source_format(source),
                 dtype=config.dtype.value,
                 num_layers=geometry.num_layers,
                 num_kv_heads=geometry.num_kv_heads,
@@ -200,10 +225,10 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
         manifest = Manifest(
             graphs=graphs,
             tokenizer=_tokenizer_spec(target.tokenizer, generation_eos),
-            reports={"export": {"validation": validation if config.validate else "skipped (--no-validate)",
-                                "warnings": list(pair.warnings),
-                                **({"shared": sharing.record()} if sharing is not None else {}),
-                                **({"draft": TARGET_ONLY} if config.target_only else {})}},
+            reports=Reports(export=ExportReport(
+                validation=validation if config.validate else "skipped (--no-validate)", warnings=list(pair.warnings),
+                shared=sharing.record() if sharing is not None else None,
+                draft=TARGET_ONLY if config.target_only else None)),
             draft=draft_record,
         )
         return writer.finish(manifest, stage="export", config=config.record(), inputs=config.input_digests)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from specdec.pipeline.graphs.files import SHARED_DATA, load_graph
+from specdec.pipeline.records.reports import SharedTensors
 
 if TYPE_CHECKING:
     import onnx
@@ -41,8 +42,8 @@ class Sharing:
     bytes: int  # size of those tensors (what each extra reference saves)
     saved_bytes: int  # bytes the graphs no longer hold twice
 
-    def record(self) -> dict[str, object]:
-        return {"file": self.file, "tensors": self.tensors, "bytes": self.bytes, "saved_bytes": self.saved_bytes}
+    def record(self) -> SharedTensors:
+        return SharedTensors(file=self.file, tensors=self.tensors, bytes=self.bytes, saved_bytes=self.saved_bytes)
 
 
 def _external(tensor: onnx.TensorProto) -> dict[str, str] | None:

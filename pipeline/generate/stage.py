@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +15,25 @@ from specdec.pipeline.engine.graph import SessionOptions
 from specdec.pipeline.engine.processors.base import REFUSED
 from specdec.pipeline.engine.stats import Reply
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.inputs.prompts import PromptItem, prompt_tokens
+from specdec.pipeline.inputs.prompts import PromptItem, prompt_room, prompt_tokens
 from specdec.pipeline.inputs.text import TextCodec
-from specdec.pipeline.records.decode import BanPolicy, DecodeConfig, DrafterKind, VerifyMode
+from specdec.pipeline.records.codec import FLATTEN
+from specdec.pipeline.records.decode import BanPolicy, DecodeConfig
 from specdec.pipeline.records.plan import device_key
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import DeviceProfile, ScenarioProfile
-from specdec.pipeline.settings.resolve import ResolvedSettings, controller_spec, options_from, run_settings
+from specdec.pipeline.settings.resolve import (
+    ResolvedSettings,
+    controller_spec,
+    run_settings,
+    run_threads,
+)
 
 
 @dataclass(frozen=True)
 class GenerateConfig:
-    """What `specdec generate` was asked for. The decode settings are named like DecodeConfig's fields and
-    None means "not set": the plan, scenario, profile or built-in default decides (pipeline/settings/resolve.py)."""
+    """What `specdec generate` was asked for; `decode` holds the decode settings the user set (None: not set,
+    the plan, scenario, profile or built-in default decides: pipeline/settings/resolve.py)."""
 
     profile: str = "local-cpu"
     scenario: str | None = None
@@ -34,26 +41,7 @@ class GenerateConfig:
     threads: int | None = None  # None: the profile's runtime.threads
     truncate: bool = False
     chat: bool = False  # text prompts as user messages through the bundle's chat template
-    max_new_tokens: int | None = None
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int | None = None
-    mode: VerifyMode | None = None
-    speculative: bool | None = None
-    tree_budget: int | None = None
-    depth: int | None = None
-    width: int | None = None
-    drafter: DrafterKind | None = None
-    lookup_max_ngram: int | None = None
-    lookup_min_ngram: int | None = None
-    exact_layout: bool | None = None
-    # constrained decoding (DecodeConfig's fields: the phrases and the schema's text, read from files by the CLI)
-    ban: tuple[str, ...] | None = None
-    ban_policy: BanPolicy | None = None
-    refusal: str | None = None
-    json_schema: str | None = None
-    regex: str | None = None
+    decode: DecodeOptions = field(default_factory=DecodeOptions, metadata=FLATTEN)
 
 
 class Generator:
@@ -72,8 +60,12 @@ class Generator:
         ids = prompt_tokens(item, self.codec, chat)
         if not ids:
             raise InputError(f"prompt '{item.id}' is empty", "pass some text or input_ids")
+        vocab = self.engine.vocab
+        if outside := [t for t in ids if not 0 <= t < vocab]:
+            raise InputError(f"prompt '{item.id}' holds token id {outside[0]}, outside the vocabulary (0..{vocab - 1})",
+                             "tokenize with the bundle's tokenizer")
         context = self.engine.max_context
-        limit = context - min(config.max_new_tokens, context // 2) - 1
+        limit = prompt_room(context, config.max_new_tokens)
         if truncate and len(ids) > limit:
             return ids[-limit:]
         if len(ids) >= context:
@@ -113,7 +105,7 @@ class Generator:
 
 
 def local_threads(threads: int | None, profile: DeviceProfile) -> int:
-    return profile.runtime.threads if threads is None else threads
+    return run_threads(threads, profile)
 
 
 def local_device_key(threads: int) -> str:
@@ -126,7 +118,7 @@ def generate_settings(config: GenerateConfig, bundle: Bundle, profile: DevicePro
                       scenario: ScenarioProfile | None) -> ResolvedSettings:
     """The run's decode settings (pipeline/settings/resolve.py), with the bundle's plan for this machine."""
     threads = local_threads(config.threads, profile)
-    return run_settings(options_from(config), bundle.manifest, profile=profile, scenario=scenario,
+    return run_settings(config.decode, bundle.manifest, profile=profile, scenario=scenario,
                         device=local_device_key(threads))
 
 

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.bundle_paths import bundle_path_problem
 from specdec.pipeline.records.manifest import TensorSpec
 
 if TYPE_CHECKING:
@@ -36,16 +38,19 @@ def sha256_file(path: Path) -> str:
 
 
 def load_graph(path: Path, *, weights: bool = True) -> onnx.ModelProto:
-    """A graph with its external weights (`weights=False`: structure only, fast)."""
+    """A graph with its external weights (`weights=False`: structure only, fast); BundleError naming the
+    file when it is not an ONNX graph (a bundle's manifest may point anywhere inside it)."""
     import onnx
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
-    return onnx.load(str(path), load_external_data=weights)
+    try:
+        return onnx.load(str(path), load_external_data=weights)
+    except DecodeError as exc:
+        raise BundleError(f"'{path}' is not an ONNX graph ({exc})", "re-create the bundle") from None
 
 
 def _external_place(tensor: onnx.TensorProto, base_dir: Path) -> tuple[Path, int, int | None]:
     """(file, offset, length or None: to the end) of a tensor's external data, inside `base_dir`."""
-    from specdec.pipeline.errors import BundleError
-
     fields = {entry.key: entry.value for entry in tensor.external_data}
     root = base_dir.resolve()
     path = (root / fields.get("location", "")).resolve()
@@ -154,14 +159,24 @@ def save_graph(model: onnx.ModelProto, path: Path) -> None:
 
 
 def external_files(path: Path) -> list[str]:
-    """The external data files a saved graph refers to (locations relative to its directory)."""
-    model = load_graph(path, weights=False)
+    """The external data files a saved graph refers to (locations relative to its directory), each
+    inside the graph's directory by the bundle path policy (records.manifest.bundle_path_problem):
+    callers copy them, so a location may direct no read or write out of the bundle."""
+    return external_locations(load_graph(path, weights=False), path)
+
+
+def external_locations(model: onnx.ModelProto, path: Path) -> list[str]:
+    """`external_files` of a graph already loaded from `path` (structure only will do)."""
     found: list[str] = []
     tensors = [*model.graph.initializer,
                *(a.t for node in model.graph.node for a in node.attribute if a.HasField("t"))]
     for tensor in tensors:
         for entry in tensor.external_data:
             if entry.key == "location" and entry.value not in found:
+                problem = bundle_path_problem(entry.value)
+                if problem is not None:
+                    raise BundleError(f"'{path}' names external data '{entry.value}' that {problem}",
+                                      "re-create the bundle")
                 found.append(entry.value)
     return found
 

@@ -1,9 +1,12 @@
 """Calibration text -> token windows, and running a float graph on them (shared by quantize and compile).
 
-Text: `--calib FILE` (plain text, or JSONL whose lines carry `text` or `input_ids`), else the
-demo pair's `pipeline/demo/calib.txt`, else `quantize/calib_default.txt` (~20 KB of Python
-documentation, docstrings and code held out from the demo corpus; PSF License). It is tokenised
-with the bundle's tokenizer; the last ~10% is held out for perplexity and the engine's prompts.
+The one reader of calibration text (`read_tokens`), for every stage that takes some: quantize's
+`--calib`/`--eval-file`, compile's `--kv-calib` and draft's `--calib`. A file is plain text, or
+JSONL whose lines carry `text` or `input_ids`; it must hold at least MIN_TOKENS tokens. Without
+a file, `default_calib_path()`: the demo pair's `pipeline/demo/calib.txt`, else
+`quantize/calib_default.txt` (~20 KB of Python documentation, docstrings and code held out from
+the demo corpus; PSF License). quantize tokenises it with the bundle's tokenizer and holds the
+last ~10% out for perplexity and the engine's prompts.
 
 Probes: the float graph with chosen intermediate tensors (layer inputs) as its outputs, cut down
 to the nodes those tensors need, run in onnxruntime one window at a time (prefill with a causal
@@ -28,10 +31,11 @@ import onnx.utils
 from onnx import TensorProto, helper
 
 from specdec.pipeline.bundle.store import GraphSpec
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.graph import HIDDEN_STATES, Graph
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.graphs.files import external_files, load_graph
+from specdec.pipeline.inputs.text import read_text_file
 
 log = logging.getLogger(__name__)
 
@@ -69,17 +73,24 @@ Encoder = Callable[[str], list[int]]  # the bundle's TextCodec.encode
 
 
 def read_tokens(path: Path, encode: Encoder, vocab_size: int, key: str = "calib") -> list[int]:
-    """Token ids of a text or JSONL file; clear errors for missing, empty or malformed files."""
+    """Token ids of a text or JSONL file, at least MIN_TOKENS of them; clear errors for missing,
+    unreadable, empty, malformed or too short files. `key` is the setting that named the file."""
     name = setting(key)
     if not path.is_file():
         raise InputError(f"{name} file '{path}' does not exist", "pass a text or JSONL file")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    text = read_text_file(path, f"{name} file")
     if not text.strip():
         raise InputError(f"{name} file '{path}' is empty", "pass a file with text to calibrate on")
     lines = [line for line in text.splitlines() if line.strip()]
     is_jsonl = path.suffix == ".jsonl" or (lines[0].lstrip().startswith("{") and _json_object(lines[0]) is not None)
-    if not is_jsonl:
-        return list(encode(text))
+    ids = _jsonl_tokens(path, name, lines, encode, vocab_size) if is_jsonl else list(encode(text))
+    if len(ids) < MIN_TOKENS:
+        raise InputError(f"{name} file '{path}' has only {len(ids)} tokens (at least {MIN_TOKENS} needed)",
+                         f"pass a longer {name} file")
+    return ids
+
+
+def _jsonl_tokens(path: Path, name: str, lines: list[str], encode: Encoder, vocab_size: int) -> list[int]:
     ids: list[int] = []
     for number, line in enumerate(lines, 1):
         record = _json_object(line)
@@ -94,8 +105,6 @@ def read_tokens(path: Path, encode: Encoder, vocab_size: int, key: str = "calib"
             ids += values
         else:
             ids += encode(str(record["text"]) + "\n\n")
-    if not ids:
-        raise InputError(f"{name} file '{path}' holds no tokens", "pass a file with text to calibrate on")
     return ids
 
 
@@ -118,9 +127,6 @@ def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len
             encode: Encoder, vocab_size: int, eval_limit: int = MAX_EVAL_WINDOWS) -> CalibrationData:
     path = calib or default_calib_path()
     tokens = read_tokens(path, encode, vocab_size)
-    if len(tokens) < MIN_TOKENS:
-        raise InputError(f"calibration file '{path}' has only {len(tokens)} tokens (at least {MIN_TOKENS} needed)",
-                         f"pass a longer {setting('calib')} file")
     held = max(len(tokens) // HOLDOUT_FRACTION, MIN_HOLDOUT)
     body, holdout = tokens[:-held], tokens[-held:]
     warnings: list[str] = []
@@ -141,9 +147,6 @@ def prepare(*, calib: Path | None, eval_file: Path | None, samples: int, seq_len
     if eval_file is not None:
         eval_tokens = read_tokens(eval_file, encode, vocab_size, key="eval_file")
         eval_windows, eval_source = _windows(eval_tokens, seq_len, eval_limit), str(eval_file)
-        if not eval_windows:
-            raise InputError(f"{setting('eval_file')} '{eval_file}' has fewer than 2 tokens",
-                             f"pass a longer {setting('eval_file')}")
     else:
         eval_windows, eval_source = _windows(holdout, seq_len, eval_limit), f"last {held} tokens of {path.name}"
     step = max(len(holdout) // prompts, 1)
@@ -169,13 +172,13 @@ def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (), 
             features: np.ndarray | None = None) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
     """One window from an empty cache with a causal mask: (logits [L, V] or None, extra outputs);
     `features` [L, H]: a feature draft's `hidden_states` input (draft_features)."""
-    from specdec.pipeline.engine.kv import KVCache
+    from specdec.pipeline.engine.kv import KVBuffers
     from specdec.pipeline.engine.runner import causal_mask
 
     length = int(ids.size)
     mask = causal_mask(length, 0, graph.dtype, graph.mask_min)
     extra_inputs = {HIDDEN_STATES: features[None].astype(graph.dtype)} if features is not None else None
-    logits, _, extras = graph.forward(ids, np.arange(length), mask, KVCache(graph.info).layers, extra_inputs,
+    logits, _, extras = graph.forward(ids, np.arange(length), mask, KVBuffers(graph.info).layers, extra_inputs,
                                       extra_outputs=extra_outputs, with_logits=with_logits)
     return logits, extras
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.inputs.chat import Message, check_messages
-from specdec.pipeline.inputs.text import TextCodec
+from specdec.pipeline.inputs.text import TextCodec, read_text_file
 
 # Prompts tune calibrates on (bench's tune and `specdec tune` alike): without --calib, the last ones of the file,
 # which `bench --limit N` (the first N) does not measure.
@@ -46,7 +46,7 @@ def load_prompts(path: Path) -> list[PromptItem]:
     if not path.is_file():
         raise InputError(f"prompts file '{path}' does not exist", "pass a JSONL file with one prompt per line")
     items: list[PromptItem] = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(read_text_file(path, "prompts file").splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -87,6 +87,22 @@ class BenchPrompt:
     id: str
     ids: list[int]
     scenario: str | None = None
+
+
+def prompt_room(context: int, max_new_tokens: int) -> int:
+    """The most prompt tokens that leave a reply of `max_new_tokens` room in `context` positions; a reply
+    longer than half the context never pushes the prompt below half of it (the reply then stops at the
+    context's end). The one rule bench and generate fit prompts by."""
+    return context - min(max_new_tokens, context // 2) - 1
+
+
+def fit_prompts(prompts: list[BenchPrompt], context: int, max_new_tokens: int) -> tuple[list[BenchPrompt], list[str]]:
+    """The end of each prompt that fits `prompt_room`, and a note naming the prompts that were cut."""
+    room = prompt_room(context, max_new_tokens)
+    long = [p.id for p in prompts if len(p.ids) > room]
+    notes = [f"{len(long)} prompt(s) longer than {room} tokens were cut to their last {room} "
+             f"({', '.join(long[:4])})"] if long else []
+    return [BenchPrompt(p.id, p.ids[-room:], p.scenario) for p in prompts], notes
 
 
 def default_prompts_file() -> Path | None:

@@ -9,10 +9,34 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specdec.pipeline.errors import BundleError
+from specdec.pipeline.errors import BundleError, InputError
 
 if TYPE_CHECKING:
     from specdec.pipeline.inputs.chat import ChatTemplate, Message
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """A user's text file (prompts, calibration text) as str: UTF-8 (a BOM is dropped) and no NUL byte.
+
+    Otherwise InputError (exit 2) naming the file and its first bad line: a binary file or one in
+    another encoding is refused rather than read with replacement characters into the work."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{what} '{path}' cannot be read ({exc.strerror or exc})",
+                         "pass a readable UTF-8 text file") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        number = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputError(f"{what} '{path}' line {number} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at "
+                         f"column {column})", "save the file as UTF-8 text") from None
+    if "\x00" in text:
+        number = text.count("\n", 0, text.index("\x00")) + 1
+        raise InputError(f"{what} '{path}' line {number} holds a NUL byte: the file is binary, not text",
+                         "pass a UTF-8 text file")
+    return text
 
 
 class TextCodec:

@@ -11,13 +11,11 @@ from __future__ import annotations
 import logging
 import posixpath
 import shlex
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from specdec.pipeline.devices.base import Device, DeviceInfo, PythonStatus
-from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.errors import DeviceError, InputError
 from specdec.pipeline.ondevice.controls import SensorArgs
 from specdec.pipeline.ondevice.orchestrate import RUNNER_MODULE, DevicePython, RunnerLaunch, runner_args
@@ -27,8 +25,7 @@ from specdec.pipeline.portable.archive import BuildConfig, RuntimeArchive, build
 from specdec.pipeline.portable.probe import run_probe
 from specdec.pipeline.portable.remote import RemoteRuntime, ensure_runtime
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.records.plan import device_key
-from specdec.pipeline.settings.profiles import DeviceProfile, RuntimeKind, Transport
+from specdec.pipeline.settings.profiles import RuntimeKind
 
 log = logging.getLogger(__name__)
 
@@ -136,30 +133,3 @@ def select_launch(kind: RuntimeKind, *, python: str, cpu_mask: str | None, progr
         RuntimeKind.auto: Auto(device_python, portable),
     }
     return launches[kind]
-
-
-@dataclass
-class PreparedDevice:
-    """An opened device with its runner launch chosen and prepared, and the key its plans are stored under."""
-
-    device: Device
-    python: str
-    launch: RunnerLaunch
-    info: DeviceInfo
-    threads: int
-    key: str  # records.plan.device_key
-
-
-def prepare_device(transport: Transport, profile: DeviceProfile, *, serial: str | None, adb_host: str | None,
-                   adb_port: int | None, python: str | None, runtime: RuntimeKind | None, threads: int | None,
-                   progress: Progress | None = None) -> PreparedDevice:
-    """Open the device, choose what runs the runner there (its own Python or the portable runtime pushed
-    once) and probe it: what `bench` and `tune` both do before any device work."""
-    device = open_device(transport, profile=profile, serial=serial, adb_host=adb_host, adb_port=adb_port)
-    python = python or (sys.executable if transport is Transport.local else profile.runtime.python)
-    launch = select_launch(runtime or profile.runtime.use, python=python, cpu_mask=profile.runtime.cpu_mask,
-                           progress=progress)
-    info = launch.prepare(device)
-    threads = profile.runtime.threads if threads is None else threads
-    return PreparedDevice(device, python, launch, info, threads,
-                          device_key(transport.value, info.model, info.abi, threads))

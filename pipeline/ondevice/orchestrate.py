@@ -1,7 +1,9 @@
-"""Drive one bench run on a device: push, cool down, sample sensors, run, poll, pull, clean up.
+"""Drive one bench run on a device: push the payload, cool down, sample sensors, start the runner,
+poll it, clean up.
 
-Events are fetched while the runner works, so a device lost mid-run still leaves every round
-finished before the loss; the result then says it is partial and why.
+The host reads the runner's events while it works, by tailing its events file over the device
+shell (nothing is pulled), so a device lost mid-run still leaves every round finished before the
+loss; the result then says it is partial and why.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from specdec.pipeline.devices import shell
 from specdec.pipeline.devices.base import Device, DeviceInfo, PythonStatus
 from specdec.pipeline.devices.sensor_log import SensorLog
 from specdec.pipeline.devices.sensors import (
@@ -51,10 +54,12 @@ class DeviceRun:
     cooldown: CooldownResult | None = None
     partial: bool = False
     partial_reason: str | None = None
+    lost: bool = False  # partial because the device went away (not because the runner stopped early)
     returncode: int | None = None
     log_tail: str = ""
     warnings: list[str] = field(default_factory=list)
     runtime: dict[str, Any] = field(default_factory=dict)  # what ran the runner (RunnerLaunch.describe)
+    payload_bytes: int = 0  # what the push carried (runtime zip, run spec, the bundle's runner files)
 
 
 def check_device(device: Device, profile: DeviceProfile, python: str) -> DeviceInfo:
@@ -83,10 +88,12 @@ def runner_args(workdir: str, sensors: SensorArgs | None = None) -> str:
 
 
 def runner_command(workdir: str, python: str, cpu_mask: str | None, sensors: SensorArgs | None = None) -> str:
+    """The runner under the device's own Python, its HOME, TMPDIR and caches in the work dir (nothing is
+    left on the device once the work dir goes)."""
     prefix = f"taskset {shlex.quote(cpu_mask)} " if cpu_mask else ""
     zip_path = posixpath.join(workdir, RUNTIME_ZIP)
-    return (f"PYTHONPATH={shlex.quote(zip_path)} {prefix}{shlex.quote(python)} -m "
-            f"{RUNNER_MODULE} {runner_args(workdir, sensors)}").rstrip()
+    return (f"{shell.private_environment(workdir)} PYTHONPATH={shlex.quote(zip_path)} {prefix}{shlex.quote(python)} "
+            f"-m {RUNNER_MODULE} {runner_args(workdir, sensors)}").rstrip()
 
 
 class RunnerLaunch(Protocol):
@@ -184,7 +191,7 @@ def run_on_device(device: Device, profile: DeviceProfile, payload: Path, run_id:
                 sampler = None
             run.thermal_after = thermal_snapshot(device)
         except DeviceLostError as exc:
-            run.partial, run.partial_reason = True, f"device lost mid-run: {exc.problem}"
+            run.partial, run.partial_reason, run.lost = True, f"device lost mid-run: {exc.problem}", True
             log.warning("%s: %s; keeping the %d events received", device.serial, exc.problem, len(run.events))
             sampler = None
         finally:

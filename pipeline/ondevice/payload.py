@@ -15,7 +15,6 @@ from pathlib import Path
 
 import specdec
 from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle
-from specdec.pipeline.graphs.files import SHARED_DATA, graph_files
 from specdec.pipeline.records.codec import to_dict
 from specdec.pipeline.records.results import RunSpec
 
@@ -59,17 +58,9 @@ def write_runtime_zip(path: Path) -> None:
             archive.writestr(info, (root / rel).read_bytes())
 
 
-def bundle_files(bundle: Bundle, weight_format: str | None = None) -> list[str]:
-    """Files the runtime opens: the buckets of a compiled bundle, else the dynamic graphs; of a bundle
-    that carries its target in several weight formats, only `weight_format`'s (None: its own)."""
-    manifest = bundle.manifest.with_format(weight_format)
-    vocab = manifest.draft_spec.vocab  # a reduced draft vocabulary: the engine maps candidates through it
-    extra = [vocab.file] if vocab is not None else []
-    if manifest.buckets is not None:
-        return sorted({*manifest.buckets.files(), *extra})
-    files = graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
-    # tensors target and draft share (export): the graphs reference them in SHARED_DATA
-    return sorted({*files, *extra, *([SHARED_DATA] if SHARED_DATA in manifest.files else [])})
+def payload_bytes(directory: Path) -> int:
+    """The bytes a push of the payload at `directory` carries."""
+    return sum(path.stat().st_size for path in directory.rglob("*") if path.is_file())
 
 
 def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:
@@ -79,7 +70,7 @@ def build_payload(bundle: Bundle, spec: RunSpec, directory: Path) -> Path:
     target = directory / BUNDLE_DIR
     target.mkdir()
     shutil.copyfile(bundle.path / MANIFEST_NAME, target / MANIFEST_NAME)
-    files = bundle_files(bundle, spec.weight_format)
+    files = bundle.runner_files(spec.weight_format)
     if spec.decode.constrained:  # logits processors read the tokenizer on the device (engine/processors/vocab.py)
         files = [*files, f"{bundle.manifest.tokenizer.dir}/tokenizer.json"]
     for rel in files:

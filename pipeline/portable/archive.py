@@ -18,12 +18,14 @@ import os
 import tarfile
 import tempfile
 import time
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specdec import __version__
-from specdec.pipeline.bundle.staging import writable_directory
+from specdec.pipeline.bundle.locks import hold_output
+from specdec.pipeline.bundle.staging import check_inputs, writable_directory
 from specdec.pipeline.errors import InputError, RuntimeBuildError
 from specdec.pipeline.portable import assemble, fetch, recipe
 from specdec.pipeline.portable.fetch import Sources
@@ -108,6 +110,18 @@ def find_current(abi: str = recipe.DEFAULT_ABI, cache_dir: Path | None = None) -
 
 
 # ----------------------------------------------------------------------------------------- build
+def local_sources(sources: Sources) -> tuple[Path, ...]:
+    """The package sources that are directories on this machine (`file://` mirrors, a local index): inputs,
+    so the cache may not overlap them (pipeline/bundle/staging.py's output policy)."""
+    found = []
+    for url in (sources.apt_mirror, sources.apt_security_mirror, sources.pip_index_url):
+        if url and url.startswith("file://"):
+            found.append(Path(urllib.parse.unquote(urllib.parse.urlparse(url).path)))
+        elif url and "://" not in url:
+            found.append(Path(url))
+    return tuple(found)
+
+
 def build_runtime(config: BuildConfig, progress: Progress | None = None) -> RuntimeArchive:
     """The cached archive for this recipe, or a new one (downloads, assembles, compresses)."""
     progress = progress or SilentProgress()
@@ -117,6 +131,12 @@ def build_runtime(config: BuildConfig, progress: Progress | None = None) -> Runt
         log.info("runtime %s for %s is cached at %s", cached.id, abi.abi, cached.path)
         return cached
     writable_directory(root, key="cache_dir")  # before any download: a read-only cache is one line, exit 2
+    check_inputs(root, local_sources(config.sources), key="cache_dir")
+    with hold_output(root, key="cache_dir"):  # one build per cache at a time: a second fails at once
+        return _build(config, abi, root, progress)
+
+
+def _build(config: BuildConfig, abi: recipe.AbiSpec, root: Path, progress: Progress) -> RuntimeArchive:
     if missing := fetch.missing_tools():
         raise RuntimeBuildError(f"runtime build needs {' and '.join(missing)}, which this machine lacks",
                                       "build it on Debian or Ubuntu (apt-get install apt dpkg), then copy "

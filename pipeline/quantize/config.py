@@ -8,6 +8,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -74,33 +75,30 @@ DEFAULT_MIX = {LayerClass.attention: WeightFormat.w8a8, LayerClass.mlp: WeightFo
                LayerClass.head: WeightFormat.nbits}
 
 
-def parse_mix(value: str | Mapping[str, str] | None) -> dict[LayerClass, WeightFormat]:
-    """`attention=w8a8,mlp=nbits` (or a mapping) to a format per class; classes left out keep DEFAULT_MIX."""
-    if value is None:
-        return dict(DEFAULT_MIX)
-    if isinstance(value, Mapping):
-        pairs = list(value.items())
-    else:
-        pairs = []
-        for part in (part.strip() for part in str(value).split(",") if part.strip()):
-            if "=" not in part:
-                raise InputError(f"{setting('mix')} entry '{part}' is not CLASS=FORMAT",
-                                 "e.g. attention=w8a8,mlp=nbits,head=nbits")
-            key, chosen = part.split("=", 1)
-            pairs.append((key, chosen))
-    mix = dict(DEFAULT_MIX)
-    for key, chosen in pairs:
-        layer = _parse_choice(LayerClass, str(key).strip(), "layer class", "mix")
-        fmt = _parse_choice(WeightFormat, str(chosen).strip(), "weight format", "mix")
+def parse_mix(value: str) -> dict[LayerClass, WeightFormat]:
+    """`attention=w8a8,mlp=nbits` to a format per class (QuantizeConfig fills the classes left out from
+    DEFAULT_MIX and checks the whole)."""
+    mix: dict[LayerClass, WeightFormat] = {}
+    for part in (part.strip() for part in value.split(",") if part.strip()):
+        if "=" not in part:
+            raise InputError(f"{setting('mix')} entry '{part}' is not CLASS=FORMAT",
+                             "e.g. attention=w8a8,mlp=nbits,head=nbits")
+        key, chosen = part.split("=", 1)
+        mix[_parse_choice(LayerClass, key.strip(), "layer class", "mix")] = _parse_choice(
+            WeightFormat, chosen.strip(), "weight format", "mix")
+    return mix
+
+
+def check_mix(mix: Mapping[LayerClass, WeightFormat]) -> None:
+    """A mix gives each class nbits or w8a8, and not all of them the same one."""
+    for layer, fmt in mix.items():
         if fmt is WeightFormat.mixed:
-            raise InputError(f"{setting('mix')} {key}={chosen}: a layer class takes one format",
+            raise InputError(f"{setting('mix')} {layer.value}={fmt.value}: a layer class takes one format",
                              "use nbits or w8a8 for each class, e.g. attention=w8a8,mlp=nbits,head=nbits")
-        mix[layer] = fmt
     if len(set(mix.values())) == 1:
         only = next(iter(mix.values())).value
         raise InputError(f"{setting('mix')} gives every layer class {only}: that is no mix",
                          f"use --format {only}, or give one class the other format")
-    return mix
 
 
 Choice = TypeVar("Choice", bound=enum.Enum)
@@ -146,22 +144,43 @@ def parse_method(value: Method | str, key: str = "method") -> Method:
     return _parse_choice(Method, value, "quantization method", key)
 
 
+def parse_formats(text: str) -> tuple[WeightFormat, tuple[WeightFormat, ...]]:
+    """`nbits,w8a8` -> (nbits, (w8a8,)): the bundle's own format and the others the target is also stored in."""
+    first, *rest = [parse_format(part.strip()) for part in text.split(",") if part.strip()] or [parse_format(text)]
+    return first, tuple(rest)
+
+
+def parse_graphs(text: str) -> tuple[str, ...]:
+    """`draft`, `draft,target`: the graphs to quantize, in GRAPH_ROLES order (QuantizeConfig checks the names)."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    return tuple(sorted(names, key=lambda name: GRAPH_ROLES.index(name) if name in GRAPH_ROLES else len(GRAPH_ROLES)))
+
+
+DEFAULT_PROFILE = "local-cpu"  # the device profile whose quantize.format applies when `profile` is left out
+
+
 @dataclass(frozen=True)
 class QuantizeConfig:
+    """What `specdec quantize` is asked to do: a plain value, checked on construction (no file is read).
+
+    The CLI parses its text options into these types (`parse_formats`, `parse_graphs`, `parse_mix`); a
+    pipeline section gives them as YAML (`format: w8a8`, `also_formats: [nbits]`, `graphs: [draft]`).
+    What is left to decide is decided from the fields when asked: the weight format (`weight_format`:
+    `format`, else the profile's quantize.format, read then) and each graph's method (`method_for`).
+    """
+
     output: Path
     # Which graphs to quantize (None: every graph the bundle has); the others stay as they are.
     # Quantizing only the draft keeps the target, and so every output token, bit for bit what it
     # was, while the draft (a weight-bandwidth bound call per tree level) reads a third of the bytes.
     graphs: tuple[str, ...] | None = None
     # None: the `profile`'s quantize.format (the one measured fastest-exact on its device class), unless
-    # a setting only nbits has is given (_NBITS_ONLY: awq/gptq, a group size, ...), which selects nbits.
-    # A comma list ("nbits,w8a8") keeps the first as the bundle's own format (both graphs) and also stores
-    # the target in the others (`also_formats`): `tune` measures each and its plan picks one.
+    # a setting only nbits has is given (_NBITS_SETTINGS: awq/gptq, a group size, ...), which selects nbits.
     format: WeightFormat | None = None
+    # the target is stored in these formats too (`--format nbits,w8a8`: `also_formats` w8a8), sharing the
+    # rest of the bundle: `tune` measures each and its plan picks one
     also_formats: tuple[WeightFormat, ...] = ()
-    # the device profile whose default format applies (the command passes --profile, local-cpu when
-    # left out); None, as library callers that name no device leave it: nbits, which every build runs
-    profile: str | None = None
+    profile: str = DEFAULT_PROFILE  # the device profile whose default format applies
     method: Method | None = None  # None: the format's default (DEFAULT_METHOD)
     target_method: Method | None = None
     draft_method: Method | None = None
@@ -184,9 +203,9 @@ class QuantizeConfig:
     # w8a8 weight range: 7 bits (+-63) is exact on every CPU; 8 bits (+-127) only where no kernel
     # accumulates pairs in saturating int16 (x86 with VNNI, arm64): pipeline/graphs/int8_matmul.py
     w8a8_weight_bits: int = 7
-    # The mixed format's weight format per layer class ("attention=w8a8,mlp=nbits,head=nbits" or a
-    # mapping); None: DEFAULT_MIX. Only with a `mixed` format among `format`'s.
-    mix: Mapping[LayerClass, WeightFormat] | str | None = None
+    # The mixed format's weight format per layer class (classes left out: DEFAULT_MIX); only with a
+    # `mixed` format among the formats.
+    mix: dict[LayerClass, WeightFormat] | None = None
     # Size of the engine check in the quality report (prompts x new tokens, greedy); None: by the
     # bundle's parameter count (quality.engine_check_size).
     eval_prompts: int | None = None
@@ -196,44 +215,24 @@ class QuantizeConfig:
     eval_windows: int | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.format, str) and "," in self.format:
-            first, *rest = (part.strip() for part in self.format.split(","))
-            object.__setattr__(self, "format", first)
-            object.__setattr__(self, "also_formats", (*self.also_formats, *rest))
-        object.__setattr__(self, "format", self._resolve_format())
-        also = tuple(dict.fromkeys(parse_format(f) for f in self.also_formats))
-        if self.weight_format in also:
-            raise InputError(f"{setting('format')} names {self.weight_format.value} twice",
+        formats = (self.format, *self.also_formats)
+        twice = next((f for i, f in enumerate(formats) if f is not None and f in formats[:i]), None)
+        if twice is not None:
+            raise InputError(f"{setting('format')} names {twice.value} twice",
                              "list each weight format once, e.g. --format nbits,w8a8")
-        object.__setattr__(self, "also_formats", also)
-        if self.mix is not None and WeightFormat.mixed not in (self.weight_format, *also):
-            raise InputError(f"{setting('mix')} applies to the mixed format, which {setting('format')} does not name",
-                             "add mixed to --format (e.g. --format mixed, or nbits,w8a8,mixed)")
-        if WeightFormat.mixed in (self.weight_format, *also):  # else None stays: replace() re-checks it
-            object.__setattr__(self, "mix", parse_mix(
-                self.mix if self.mix is None or isinstance(self.mix, str)
-                else {str(getattr(k, "value", k)): str(getattr(v, "value", v)) for k, v in self.mix.items()}))
-        method = self.method if self.method is not None else DEFAULT_METHOD[self.weight_format]
-        object.__setattr__(self, "method", parse_method(method))
-        for key in ("target_method", "draft_method"):
-            value = getattr(self, key)
-            if value is not None:
-                object.__setattr__(self, key, parse_method(value, key))
-        accepted = FORMAT_METHODS[self.weight_format]
-        for key in ("method", "target_method", "draft_method"):
-            value = getattr(self, key)
-            if value is not None and value.value not in accepted:
-                raise InputError(f"{setting(key)} {value.value} does not apply to {setting('format')} "
-                                 f"{self.weight_format.value}", f"use {' or '.join(accepted)} (or leave it out)")
-        object.__setattr__(self, "keep_float", tuple(self.keep_float))
+        named = {f for f in formats if f is not None}
+        if self.mix is not None:
+            if WeightFormat.mixed not in named:
+                raise InputError(f"{setting('mix')} applies to the mixed format, which {setting('format')} does "
+                                 "not name", "add mixed to --format (e.g. --format mixed, or nbits,w8a8,mixed)")
+            check_mix(self.layer_formats)
+        if self.format is not None:  # with the format left out, the profile's is known when asked for
+            self._check_methods(self.format)
         if self.graphs is not None:
-            graphs = self.graphs.split(",") if isinstance(self.graphs, str) else list(self.graphs)
-            graphs = [g.strip() for g in graphs if g.strip()]
-            unknown = [g for g in graphs if g not in GRAPH_ROLES]
-            if unknown or not graphs:
+            unknown = [g for g in self.graphs if g not in GRAPH_ROLES]
+            if unknown or not self.graphs:
                 raise InputError(f"{setting('graphs')} {','.join(unknown) or '(empty)'} names no graph of a bundle",
                                  f"use {', '.join(GRAPH_ROLES)} or both (comma-separated)")
-            object.__setattr__(self, "graphs", tuple(r for r in GRAPH_ROLES if r in graphs))
         group = self.group_size
         fix = "fix the setting and run again"
         problems = [
@@ -267,15 +266,57 @@ class QuantizeConfig:
         for failed, problem, hint in problems:
             if failed:
                 raise InputError(problem, hint)
-        for path, key in ((self.calib, "calib"), (self.eval_file, "eval_file")):
-            if path is not None and not Path(path).is_file():
-                raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
 
-    @property
+    @classmethod
+    def from_text(cls, **values: Any) -> QuantizeConfig:
+        """The config from options as a user types them: `format` a comma list (`nbits,w8a8`), `graphs` one
+        (`draft`), `mix` CLASS=FORMAT pairs, the methods by name; the other fields as they are. The CLI
+        builds its config so; a pipeline section is YAML of the fields themselves."""
+        text = dict(values)
+        weight_format = text.pop("format", None)
+        if isinstance(weight_format, str):
+            text["format"], also = parse_formats(weight_format)
+            text["also_formats"] = (*also, *text.get("also_formats", ()))
+        elif weight_format is not None:
+            text["format"] = weight_format
+        if isinstance(text.get("graphs"), str):
+            text["graphs"] = parse_graphs(text["graphs"])
+        if isinstance(text.get("mix"), str):
+            text["mix"] = parse_mix(text["mix"])
+        for key in ("method", "target_method", "draft_method"):
+            if text.get(key) is not None:
+                text[key] = parse_method(text[key], key)
+        if text.get("keep_float") is not None:
+            text["keep_float"] = tuple(text["keep_float"])
+        return cls(**text)
+
+    def _check_methods(self, weight_format: WeightFormat) -> None:
+        accepted = FORMAT_METHODS[weight_format]
+        for key in ("method", "target_method", "draft_method"):
+            value: Method | None = getattr(self, key)
+            if value is not None and value.value not in accepted:
+                raise InputError(f"{setting(key)} {value.value} does not apply to {setting('format')} "
+                                 f"{weight_format.value}", f"use {' or '.join(accepted)} (or leave it out)")
+
+    @cached_property
     def weight_format(self) -> WeightFormat:
-        """The format to write (`format` as given, else resolved in __post_init__)."""
-        assert self.format is not None
-        return self.format
+        """The format to write: `format`, else the profile's quantize.format (read here, once), else nbits
+        where a setting only nbits has was given."""
+        if self.format is not None:
+            return self.format
+        from specdec.pipeline.settings.profiles import load_device  # a profile is read when the format is asked
+
+        default = load_device(self.profile).quantize.format
+        chosen = self._given_nbits_settings()
+        if default is not WeightFormat.nbits and chosen:
+            log.info("%s given: quantizing to nbits, not profile %s's default %s", ", ".join(map(setting, chosen)),
+                     self.profile, default.value)
+            default = WeightFormat.nbits
+        if default in self.also_formats:
+            raise InputError(f"{setting('format')} left out is profile {self.profile}'s {default.value}, which "
+                             f"{setting('also_formats')} names too", "name the bundle's own format with --format")
+        self._check_methods(default)
+        return default
 
     def for_format(self, weight_format: WeightFormat) -> QuantizeConfig:
         """The settings that quantize the target into `weight_format`, one of `also_formats`: the method
@@ -288,47 +329,29 @@ class QuantizeConfig:
                        target_method=method(self.target_method), draft_method=None,
                        mix=self.mix if weight_format is WeightFormat.mixed else None)
 
-    def _resolve_format(self) -> WeightFormat:
-        if self.format is not None:
-            return parse_format(self.format)
-        if self.profile is None:
-            return WeightFormat.nbits
-        from specdec.pipeline.settings.profiles import load_device  # a profile is read only when one is named
-
-        default = load_device(self.profile).quantize.format
-        chosen = self._given_nbits_settings()
-        if default is not WeightFormat.nbits and chosen:
-            log.info("%s given: quantizing to nbits, not profile %s's default %s", ", ".join(map(setting, chosen)),
-                     self.profile, default.value)
-            return WeightFormat.nbits
-        return default
-
     def _given_nbits_settings(self) -> list[str]:
         """The settings only the nbits format has that were given (not at their defaults)."""
         defaults = {f.name: f.default for f in fields(self)}
         given = [key for key in _NBITS_SETTINGS if getattr(self, key) != defaults[key]]
         for key in ("method", "target_method", "draft_method"):
-            value = getattr(self, key)
-            if value is not None and parse_method(value, key).value not in FORMAT_METHODS[WeightFormat.w8a8]:
+            value: Method | None = getattr(self, key)
+            if value is not None and value.value not in FORMAT_METHODS[WeightFormat.w8a8]:
                 given.append(key)
         return given
 
     def roles_in(self, available: Iterable[str]) -> tuple[str, ...]:
         """The graphs to quantize among a bundle's `available` ones (all of them by default)."""
-        present = tuple(r for r in GRAPH_ROLES if r in set(available))
-        return present if self.graphs is None else self.graphs
+        chosen = set(available) if self.graphs is None else set(self.graphs)
+        return tuple(r for r in GRAPH_ROLES if r in chosen)
 
     def method_for(self, role: str) -> Method:
         override = self.target_method if role == "target" else self.draft_method
-        method = override or self.method
-        assert method is not None  # resolved in __post_init__
-        return method
+        return override or self.method or default_method(self.weight_format)
 
     @property
     def layer_formats(self) -> dict[LayerClass, WeightFormat]:
-        """The mixed format's weight format per layer class (`mix`, resolved in __post_init__ where a
-        mixed format is asked for)."""
-        return self.mix if isinstance(self.mix, dict) else dict(DEFAULT_MIX)
+        """The mixed format's weight format per layer class: `mix` over DEFAULT_MIX."""
+        return {**DEFAULT_MIX, **(self.mix or {})}
 
     def format_for(self, role: str, layer: str) -> WeightFormat:
         """The weight format of `role`'s layer `layer` in the mixed format, by its class."""

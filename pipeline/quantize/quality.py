@@ -192,8 +192,8 @@ def _engine_figures(bundle_dir: Path, prompts: list[list[int]], new_tokens: int,
 
 def invariance(bundle_dir: Path) -> dict[str, Any]:
     """Which batch invariance the quantized target has (engine/invariance.py), on the graph as written."""
+    from specdec.pipeline.engine.bundle_info import read_bundle
     from specdec.pipeline.engine.invariance import measure
-    from specdec.pipeline.engine.manifest import read_bundle
     from specdec.pipeline.engine.runner import DynamicRunner
 
     target = read_bundle(bundle_dir).graphs["target"]
@@ -213,7 +213,7 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
     changed = tuple(specs) if quantized is None else quantized
     graphs: dict[str, Any] = {}
     argmax: dict[tuple[str, str], list[np.ndarray]] = {}
-    from specdec.pipeline.engine.manifest import read_bundle
+    from specdec.pipeline.engine.bundle_info import read_bundle
 
     source_info = read_bundle(source_dir)
     vocab = {"draft": source_info.draft_vocab()} if "draft" in specs else {}

@@ -45,6 +45,7 @@ from specdec.pipeline.records.manifest import (
     Quantization,
     TargetVariant,
 )
+from specdec.pipeline.records.reports import QuantizeReport
 
 log = logging.getLogger(__name__)
 
@@ -266,7 +267,12 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     from specdec.pipeline.inputs.text import TextCodec
 
     progress = progress or SilentProgress()
+    _ = config.weight_format  # the profile's format when none was given: a bad profile fails before any work
+    for path, key in ((config.calib, "calib"), (config.eval_file, "eval_file")):
+        if path is not None and not path.is_file():
+            raise InputError(f"{setting(key)} file '{path}' does not exist", "pass a text or JSONL file")
     _check_bundle(source)
+    source.check_graphs()
     manifest = source.manifest.copy()
     context = min(spec.max_position_embeddings for spec in manifest.graphs.values())
     if config.calib_seq_len > context:
@@ -277,7 +283,8 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
     if missing:
         raise InputError(f"bundle '{source.path}' has no {' or '.join(missing)} graph to quantize",
                          f"pass {setting('graphs')} {','.join(manifest.graphs)} (or leave it out: every graph)")
-    with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
+    with BundleWriter(config.output, force=config.force,
+                      sources=(source.path, config.calib, config.eval_file)) as writer:
         # Plans need the graphs' structure only; each graph's weights are loaded when its turn comes, so
         # one float graph is in memory at a time (the probes read the weights from the source's files).
         _, format_name, domain = FORMATS[config.weight_format]
@@ -309,7 +316,7 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
         if "target" in roles and config.also_formats:
             report["variants"] = {also.value: _also_format(source, manifest, also, config, data, writer.dir,
                                                            new_tokens, progress) for also in config.also_formats}
-        manifest.reports["quantize"] = report
+        manifest.reports.quantize = from_dict(QuantizeReport, report, "reports.quantize")
         return writer.finish(manifest, stage="quantize", config=config.record(), inputs=input_digests(source))
 
 

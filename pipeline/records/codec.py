@@ -8,8 +8,9 @@ keys are errors, required fields must be present, enums take their values, a rec
 `__post_init__` checks run on construction. Error locations are dotted paths
 (`buckets.graphs.target.0.q`).
 
-Supported field types: the JSON scalars, `Path`, enums, `Literal[...]`, nested dataclasses, `list[T]`,
-`tuple[T, ...]`, `tuple[A, B]`, `dict[str | int | Enum, T]`, `X | None`, unions of those and `Any`.
+Supported field types: the JSON scalars, `Path`, enums, `Literal[...]`, nested dataclasses (`FLATTEN`:
+read at the parent's level), `list[T]`, `tuple[T, ...]`, `tuple[A, B]`, `dict[str | int | Enum, T]`,
+`X | None`, unions of those and `Any`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ T = TypeVar("T")
 # Field metadata: `OMIT_DEFAULT` leaves a field out of the JSON while it holds its default, so an
 # optional key that older files never had keeps those files byte-for-byte the same shape.
 OMIT_DEFAULT: Mapping[str, Any] = types.MappingProxyType({"omit_default": True})
+# `FLATTEN` puts a nested record's fields at its parent's level: a stage config embeds its
+# DecodeOptions so, and a pipeline YAML section reads `max_new_tokens: 32`, not `decode: {...}`.
+FLATTEN: Mapping[str, Any] = types.MappingProxyType({"flatten": True})
+# `REST` marks a `dict[str, Any]` field that holds the keys no other field names, as they are: a
+# report written by another specdec version (an older one's keys, a newer one's) reads and writes
+# back unchanged. Only records that are reports have one; every other record refuses unknown keys.
+REST: Mapping[str, Any] = types.MappingProxyType({"rest": True})
 
 
 def json_key(name: str, **extra: Any) -> dict[str, Any]:
@@ -57,6 +65,9 @@ def dump(value: Any) -> Any:
         out: dict[str, Any] = {}
         for field in dataclasses.fields(value):
             item = getattr(value, field.name)
+            if field.metadata.get("flatten") or field.metadata.get("rest"):
+                out.update(dump(item))
+                continue
             if field.metadata.get("omit_default") and item == _default(field):
                 continue
             out[field.metadata.get("key", field.name)] = dump(item)
@@ -223,22 +234,44 @@ def _default(field: dataclasses.Field[Any]) -> Any:
     return dataclasses.MISSING
 
 
+def record_keys(cls: type) -> set[str]:
+    """The keys a record reads, those of its FLATTEN fields' records included."""
+    keys: set[str] = set()
+    hints = _hints(cls)
+    for field in dataclasses.fields(cls):
+        if not field.init or field.metadata.get("rest"):
+            continue
+        keys |= record_keys(hints[field.name]) if field.metadata.get("flatten") else {field.metadata.get("key",
+                                                                                                        field.name)}
+    return keys
+
+
 def _parse_record(cls: type, value: Any, where: str) -> Any:
     if isinstance(value, cls):
         return value  # already a record: its constructor validated it
     if not isinstance(value, Mapping):
         raise RecordError(where, f"Input should be a mapping, got {_describe(value)}")
     hints = _hints(cls)
-    by_key = {f.metadata.get("key", f.name): f for f in dataclasses.fields(cls) if f.init}
-    for key in value:
-        if key not in by_key:
-            raise RecordError(_at(where, key), "Extra inputs are not permitted")
-    kwargs: dict[str, Any] = {}
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    rest = next((f for f in fields if f.metadata.get("rest")), None)
+    by_key = {f.metadata.get("key", f.name): f for f in fields if not f.metadata.get("flatten")
+              and not f.metadata.get("rest")}
+    flattened = {f.name: record_keys(hints[f.name]) for f in fields if f.metadata.get("flatten")}
+    for name, keys in flattened.items():
+        if keys & set(by_key):  # a programming error: the parent's key would hide the nested one
+            raise TypeError(f"{cls.__name__}.{name} flattens keys its parent has: {sorted(keys & set(by_key))}")
+    extra = {key: item for key, item in value.items()
+             if key not in by_key and not any(key in keys for keys in flattened.values())}
+    if extra and rest is None:
+        raise RecordError(_at(where, next(iter(extra))), "Extra inputs are not permitted")
+    kwargs: dict[str, Any] = {rest.name: dict(extra)} if rest is not None else {}
     for key, field in by_key.items():
         if key in value:
             kwargs[field.name] = parse(hints[field.name], value[key], _at(where, key))
         elif _default(field) is dataclasses.MISSING:
             raise RecordError(_at(where, key), "Field required")
+    for name, keys in flattened.items():
+        kwargs[name] = parse(hints[name], {key: item for key, item in value.items() if key in keys}, where)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:

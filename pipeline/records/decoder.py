@@ -87,9 +87,5 @@ class Decoder:
         return next((w for w in self.windows if w is not None), None)
 
     @property
-    def windowed_layers(self) -> list[int]:
-        return [i for i, w in enumerate(self.windows) if w is not None]
-
-    @property
     def global_layers(self) -> list[int]:
         return [i for i, w in enumerate(self.windows) if w is None]

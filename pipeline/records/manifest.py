@@ -2,7 +2,7 @@
 
 Stages write it (through `bundle.BundleWriter`, which adds the file hashes and the lineage entry),
 `bundle.Bundle.load` reads it and then verifies every file's sha256, and the device runtime reads
-it with the same function (`engine/manifest.py` derives what the engine needs): stdlib
+it with the same function (`engine/bundle_info.py` derives what the engine needs): stdlib
 dataclasses validated by `records.codec`, so host and device accept exactly the same JSON and
 word its errors the same way.
 """
@@ -12,15 +12,19 @@ from __future__ import annotations
 import copy
 import enum
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from specdec.pipeline.errors import BundleError
+from specdec.pipeline.records.bundle_paths import check_bundle_paths
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, parse
 from specdec.pipeline.records.decoder import Decoder
+from specdec.pipeline.records.draft_spec import DraftSpec
 from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.plan import TunePlan
+from specdec.pipeline.records.reports import Reports
 
 MANIFEST_NAME = "manifest.json"
 # Version of the manifest's on-disk shape. Bump it when the JSON changes shape (a new key that
@@ -34,10 +38,14 @@ MANIFEST_NAME = "manifest.json"
 # bundle's `buckets.kv_policy` is written only where it is not the full cache, so bundles without
 # it read as full. 5: `variants`, the target in further weight formats (quantize --format a,b), and a
 # plan's `weight_format`; written only where a bundle has them, so older bundles load unchanged.
-# 6: `draft` (DraftSpec): the draft's kind (a model, or a feature draft that reads the target's
-# `hidden_states`) and its reduced vocabulary file; written only where a bundle has either, so a
-# bundle without it reads as a model draft over the target's whole vocabulary (older ones included).
-MANIFEST_SCHEMA = 6
+# 6: each graph's `source_format` (a Hugging Face checkpoint, or a GGUF file and its quantization
+# types); export writes it for every graph, so schema-5 readers reject the key, and older bundles
+# load with None (the format was not recorded).
+# 7: `draft` (records/draft_spec.DraftSpec): the draft's kind (a model, or a feature draft that reads
+# the target's `hidden_states`) and its reduced vocabulary file; written only where a bundle has
+# either, so a bundle without it (schema 6 and older included) reads as a model draft over the
+# target's whole vocabulary.
+MANIFEST_SCHEMA = 7
 
 
 @dataclass
@@ -263,60 +271,47 @@ class BucketTable:
     def shared_weights(self, role: str) -> str | None:
         """The shared weights file the runtime files of `role` read; None where they carry their weights.
 
-        ORT-format files hold their weights inline, so with `--format both` the runtime opens the .ort
-        variants and never the shared file the onnx variants reference."""
+        ORT-format files hold their weights inline, so with `--file-format both` the runtime opens the .ort
+        variants (or fused graph) and never the shared file the onnx ones reference."""
         data = self.weights.get(role)
-        return data if data is not None and any(v.ort_file is None for v in self.graphs.get(role, [])) else None
+        graphs: list[BucketVariant | FusedGraph] = [*self.graphs.get(role, [])]
+        graphs += [self.fused[role]] if role in self.fused else []
+        return data if data is not None and any(graph.ort_file is None for graph in graphs) else None
 
     def files(self) -> list[str]:
         """Every file a runtime opens: the variants or fused graphs, and the weights they reference."""
         files = {v.runtime_file for variants in self.graphs.values() for v in variants}
         files |= {graph.runtime_file for graph in self.fused.values()}
-        files |= {data for role in self.graphs if (data := self.shared_weights(role)) is not None}
+        files |= {data for role in {*self.graphs, *self.fused} if (data := self.shared_weights(role)) is not None}
         return sorted(files)
 
 
-# ---- the draft (written by export) ----------------------------------------------------------------
-
-class DraftKind(str, enum.Enum):
-    """What the draft graph is (docs/drafters.md).
-
-    model:   a small language model: (input_ids, its KV) -> logits;
-    feature: an EAGLE-style feature draft (pipeline/draft/feature_model.py): (input_ids, the target's
-             `hidden_states`, its KV) -> logits and `hidden_out`, its guess of the next feature;
-             the target graph then outputs `hidden_states` for every row it computes.
-    """
-
-    model = "model"
-    feature = "feature"
-
-
-DRAFT_VOCAB_FILE = "draft_vocab.npy"
-
-
-@dataclass
-class DraftVocab:
-    """A reduced draft vocabulary: the draft's logits cover `size` target ids, listed (increasing, int64)
-    in the bundle file `file` (numpy .npy), draft row i standing for target id file[i]."""
-
-    file: str
-    size: int
-
-
-@dataclass
-class DraftSpec:
-    kind: DraftKind = DraftKind.model
-    # feature: the target decoder layer (0-based) whose output, before the final norm, is the feature
-    feature_layer: int | None = field(default=None, metadata=OMIT_DEFAULT)
-    hidden_size: int | None = field(default=None, metadata=OMIT_DEFAULT)  # feature: H of hidden_states
-    vocab: DraftVocab | None = field(default=None, metadata=OMIT_DEFAULT)  # None: the target's vocabulary
-
-    @property
-    def is_feature(self) -> bool:
-        return self.kind is DraftKind.feature
-
-
 # ---- the manifest ---------------------------------------------------------------------------------
+
+class CheckpointFormat(str, enum.Enum):
+    """What a graph was exported from."""
+
+    huggingface = "huggingface"  # a Hugging Face checkpoint (directory or hub id): its float weights
+    gguf = "gguf"  # a GGUF file, dequantized to float by transformers' GGUF loader (docs/export.md)
+
+
+@dataclass
+class SourceFormat:
+    """The format of a graph's source checkpoint and, for GGUF, how the file stored its weights."""
+
+    format: CheckpointFormat
+    # GGUF: `general.file_type` as the gguf package names it (MOSTLY_Q4_1, ...); None where the file says nothing
+    file_type: str | None = field(default=None, metadata=OMIT_DEFAULT)
+    # GGUF: tensors per GGML type (a Q4_1 file keeps its norms in F32 and may store the embedding in Q8_0)
+    tensor_types: dict[str, int] = field(default_factory=dict, metadata=OMIT_DEFAULT)
+
+    def describe(self) -> str:
+        """`GGUF MOSTLY_Q4_1 (210 Q4_1, 61 F32, 1 Q8_0 tensors)` or `Hugging Face` for people."""
+        if self.format is CheckpointFormat.huggingface:
+            return "Hugging Face"
+        counts = ", ".join(f"{count} {kind}" for kind, count in self.tensor_types.items())
+        return f"GGUF {self.file_type or 'file type not given'}" + (f" ({counts} tensors)" if counts else "")
+
 
 @dataclass
 class GraphSpec:
@@ -336,6 +331,8 @@ class GraphSpec:
     parameters: int = 0
     # How the decoder computes (records/decoder.py); None in bundles exported before schema 4.
     decoder: Decoder | None = field(default=None, metadata=OMIT_DEFAULT)
+    # What `source` is (a Hugging Face checkpoint or a GGUF file); None in bundles exported before schema 6.
+    source_format: SourceFormat | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
 @dataclass
@@ -391,7 +388,7 @@ class Manifest:
     tokenizer: TokenizerSpec
     files: dict[str, FileEntry] = field(default_factory=dict)  # every file but the manifest, with its sha256
     lineage: list[LineageEntry] = field(default_factory=list)
-    reports: dict[str, Any] = field(default_factory=dict)  # stage reports (validation, quality, ...) by stage
+    reports: Reports = field(default_factory=Reports)  # what each stage measured (records/reports.py)
     custom_ops: CustomOps | None = None  # surgery
     quantization: Quantization | None = None  # quantize
     buckets: BucketTable | None = None  # compile: the flavour's graphs, the dispatch table
@@ -440,6 +437,35 @@ class Manifest:
         view.variants = {}
         return view
 
+    def paths(self) -> Iterator[tuple[str, str]]:
+        """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, the draft's
+        vocabulary, compiled graphs and weights, and the weight-format variants; `entry` says where in
+        the manifest it is."""
+        for rel in self.files:
+            yield "files", rel
+        yield "tokenizer.dir", self.tokenizer.dir
+        if self.draft is not None and self.draft.vocab is not None:
+            yield "draft.vocab.file", self.draft.vocab.file
+        specs = [(f"graphs.{role}", spec) for role, spec in self.graphs.items()]
+        specs += [(f"variants.{name}.graph", variant.graph) for name, variant in self.variants.items()]
+        for where, spec in specs:
+            yield f"{where}.file", spec.file
+        fused = [(f"variants.{name}.fused", v.fused) for name, v in self.variants.items() if v.fused is not None]
+        table = self.buckets
+        if table is not None:
+            fused += [(f"buckets.fused.{role}", graph) for role, graph in table.fused.items()]
+            for role, variants in table.graphs.items():
+                for index, variant in enumerate(variants):
+                    yield f"buckets.graphs.{role}.{index}.file", variant.file
+                    if variant.ort_file is not None:
+                        yield f"buckets.graphs.{role}.{index}.ort_file", variant.ort_file
+            for role, data in table.weights.items():
+                yield f"buckets.weights.{role}", data
+        for where, graph in fused:
+            yield f"{where}.file", graph.file
+            if graph.ort_file is not None:
+                yield f"{where}.ort_file", graph.ort_file
+
     def copy(self) -> Manifest:
         """A deep copy for the next stage to change (stages never touch their input bundle)."""
         return copy.deepcopy(self)
@@ -452,7 +478,8 @@ def read_manifest(root: str | Path) -> Manifest:
     """The bundle's manifest, validated; BundleError naming the problem and the fix otherwise.
 
     Reads only: `Bundle.load` then checks every file's sha256, and the device runtime trusts
-    a copy the host verified before pushing it.
+    a copy the host verified before pushing it. The paths it names are checked here, once for
+    every reader (`check_bundle_paths`), so no entry can direct a read or a write out of the bundle.
     """
     root = Path(root)
     if not root.is_dir():
@@ -462,13 +489,22 @@ def read_manifest(root: str | Path) -> Manifest:
     if not path.is_file():
         raise BundleError(f"'{root}' has no {MANIFEST_NAME}, so it is not a specdec bundle",
                           "create one with `specdec export TARGET --draft DRAFT -o DIR`")
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise BundleError(f"{path} is a symlink that leads outside the bundle",
+                          "copy the manifest into the bundle, or re-create the bundle")
     try:
-        raw = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path} is not valid JSON ({exc})", "re-create the bundle") from None
+        raw = json.loads(path.read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise BundleError(f"{path} is not valid JSON ({reason})", "re-create the bundle") from None
+    except OSError as exc:
+        raise BundleError(f"{path} cannot be read ({exc.strerror or exc})", "check its permissions") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if not isinstance(version, int) or isinstance(version, bool):
         raise BundleError(f"{path} has no schema_version", "re-create the bundle")
+    if version < 1:
+        raise BundleError(f"{path} has schema_version {version}; versions start at 1",
+                          "re-create the bundle with `specdec export`")
     if version > MANIFEST_SCHEMA:
         raise BundleError(f"bundle '{root}' was written by a newer specdec (schema {version}, this one reads "
                           f"{MANIFEST_SCHEMA})", "upgrade specdec to read it")
@@ -476,4 +512,5 @@ def read_manifest(root: str | Path) -> Manifest:
         manifest: Manifest = parse(Manifest, raw)
     except RecordError as exc:
         raise BundleError(f"{path} is invalid: {exc}", "re-create the bundle") from None
+    check_bundle_paths(root, manifest.paths())
     return manifest

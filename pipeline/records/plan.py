@@ -17,13 +17,15 @@ from specdec.pipeline.records.codec import OMIT_DEFAULT
 
 @dataclass
 class PlanChoice:
-    """A tree shape and what the cost model predicts for it (budget 1: plain decoding)."""
+    """A tree shape and what the cost model predicts for it (budget 1: plain decoding).
+
+    The planner (engine/tune/planner.py) emits it on the device and the manifest stores it as it is."""
 
     drafter: str
-    budget: int
+    budget: int  # nodes verified per round, root included; 1 = plain decoding
     depth: int
     width: int
-    expected_tokens: float
+    expected_tokens: float  # per round
     round_ms: float
     predicted_speedup: float
     # prompt lookup's (min, max) suffix lengths, for drafters that use it

@@ -1,7 +1,8 @@
 """What a bench run sends to the device (`run.json`) and what it writes (`results.json`).
 
-`results.json` is `BenchResults` through `codec.to_dict`, and every reader (the CLI table,
-summary.md, the CI gates, a later run's `--baseline`) reads it back through `read_results`.
+`results.json` is `BenchResults` through `codec.to_dict` (the CLI table, summary.md and the CI gates
+render the record itself); a later run's `--baseline` reads its figures back through `read_figures`,
+and anything else that reads the file whole does it through `codec.from_dict(BenchResults, ...)`.
 
 Schema history:
 - `specdec.bench/1`: the first layout (a JSON object built by hand).
@@ -10,7 +11,7 @@ Schema history:
   settings layer supplied each value (options, plan, scenario, profile, defaults, buckets);
   empty latency tables are null instead of {}; `device` adds `extra` (probe notes).
   `figures` did not change, so a `specdec.bench/1` file still serves as a `--baseline`.
-- `specdec.bench/3`: drafters (issue 17). `config.decode` adds `drafter`, `lookup_max_ngram`
+- `specdec.bench/3`: drafters. `config.decode` adds `drafter`, `lookup_max_ngram`
   and `lookup_min_ngram`; `figures` adds `model_acceptance` and `lookup_acceptance` (accepted /
   proposed tree nodes of each source); `details` adds `by_source` (per source: nodes proposed,
   accepted, and rounds it proposed in) and `stage_latency_ms` a `Lookup` stage. Older files
@@ -202,10 +203,12 @@ class Memory:
     """What the decoding process held: weights, KV cache, resident memory, per reply."""
 
     kv_policy: str  # e.g. "full float32", "window S=4 W=256 float32"
-    weights_bytes: int | None
+    weights_bytes: int | None  # the bundle files the runner opens (graphs and their weights)
     kv_bytes_per_token: int | None
     peak_reset: bool  # each reply's peak is its own (the kernel let the runner reset VmHWM)
     replies: list[ReplyMemory] = field(default_factory=list)
+    # what the bench pushed to the device: runtime.zip, run.json, the manifest and those bundle files
+    payload_bytes: int | None = field(default=None, metadata=OMIT_DEFAULT)
 
 
 @dataclass
@@ -354,15 +357,6 @@ class BenchResults:
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=1) + "\n"
-
-
-def read_results(text: str) -> BenchResults:
-    """Parse results.json; RecordError (a ValueError) names the first field that does not fit."""
-    data = _json_object(text)
-    schema = data.get("schema")
-    if schema != RESULTS_SCHEMA:
-        raise RecordError("schema", f"'{schema}' is not {RESULTS_SCHEMA}")
-    return from_dict(BenchResults, data)
 
 
 def read_figures(text: str) -> Figures:

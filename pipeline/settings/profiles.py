@@ -238,7 +238,7 @@ def builtin_names(kind: str) -> list[str]:
 
 def _parse(path: Path, kind: str) -> Any:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_bytes())  # bytes: PyYAML names a bad encoding's position
     except yaml.YAMLError as exc:
         raise InputError(f"{path} is not valid YAML ({exc})".replace("\n", " "), "fix the file") from exc
     if not isinstance(data, dict):

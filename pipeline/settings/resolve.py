@@ -17,8 +17,9 @@ The resolver records which layer supplied each value (`ResolvedSettings.sources`
 and `generate --stats` show it.
 
 The setting names are the fields of `records.decode.DecodeConfig` and of its `PruneParams`
-(flattened): a field added there (with its default) is a setting here, with no change to the
-precedence logic. A new source of settings is a new `Layer` in `decode_layers`, in its place.
+(flattened), and of `settings.decode_options.DecodeOptions`, which every config that decodes
+embeds: a field added there (with its default, and to DecodeOptions) is a setting here, with no
+change to the precedence logic. A new source of settings is a new `SettingsLayer` in `decode_layers`, in its place.
 The built-in defaults are DecodeConfig's own: they live there and nowhere else.
 
 Controller selection (`--controllers`) and the controllers' targets from profile and scenario
@@ -38,13 +39,11 @@ from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.records.manifest import BucketTable, Manifest, Quantization
 from specdec.pipeline.records.plan import DevicePlan
+from specdec.pipeline.settings.decode_options import DECODE_KEYS, PRUNE_KEYS, SETTING_KEYS, DecodeOptions
 from specdec.pipeline.settings.profiles import DeviceProfile, ScenarioProfile
 
 log = logging.getLogger(__name__)
 
-PRUNE_KEYS = tuple(f.name for f in dataclasses.fields(PruneParams))
-DECODE_KEYS = tuple(f.name for f in dataclasses.fields(DecodeConfig) if f.name != "prune")
-SETTING_KEYS = DECODE_KEYS + PRUNE_KEYS
 DEFAULTS = "defaults"
 BUCKETS = "buckets"
 BUNDLE = "bundle"
@@ -52,7 +51,7 @@ OPTIONS = "options"
 
 
 @dataclass(frozen=True)
-class Layer:
+class SettingsLayer:
     """One source of settings: `values` maps setting names to values; None means "no opinion"."""
 
     source: str  # shown to the user: "options", "plan", "scenario code", "profile local-cpu", ...
@@ -108,8 +107,8 @@ class PlanSettings(Protocol):
 
 # ---- the layers ------------------------------------------------------------------------------
 
-def plan_layer(plan: PlanSettings | None) -> Layer | None:
-    return Layer("plan", plan.decode_settings()) if plan is not None else None
+def plan_layer(plan: PlanSettings | None) -> SettingsLayer | None:
+    return SettingsLayer("plan", plan.decode_settings()) if plan is not None else None
 
 
 def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
@@ -130,52 +129,45 @@ def bundle_requirements(quantization: Quantization | None) -> dict[str, Any]:
     return {"exact_layout": True} if int8 else {}
 
 
-def requirements_layer(requirements: Mapping[str, Any] | None) -> Layer | None:
-    return Layer(BUNDLE, requirements) if requirements else None
+def requirements_layer(requirements: Mapping[str, Any] | None) -> SettingsLayer | None:
+    return SettingsLayer(BUNDLE, requirements) if requirements else None
 
 
-def scenario_layer(scenario: ScenarioProfile | None) -> Layer | None:
+def scenario_layer(scenario: ScenarioProfile | None) -> SettingsLayer | None:
     if scenario is None:
         return None
-    return Layer(f"scenario {scenario.name}", {
+    return SettingsLayer(f"scenario {scenario.name}", {
         "entropy_low": scenario.entropy_low, "entropy_high": scenario.entropy_high, "beta_base": scenario.beta_base,
         "rho_min": scenario.rho_min, "rho_max": scenario.rho_max, "depth": scenario.depth, "width": scenario.width,
         "drafter": scenario.drafter, "lookup_max_ngram": scenario.lookup_max_ngram,
         "lookup_min_ngram": scenario.lookup_min_ngram, **scenario.compliance.settings()})
 
 
-def profile_layer(profile: DeviceProfile) -> Layer:
+def profile_layer(profile: DeviceProfile) -> SettingsLayer:
     tree = profile.tree
-    return Layer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth, "width": tree.width,
-                                             "max_k": tree.max_k, "drafter": tree.drafter,
-                                             **profile.compliance.settings()})
+    return SettingsLayer(f"profile {profile.name}", {"tree_budget": tree.budget, "depth": tree.depth,
+                                                     "width": tree.width, "max_k": tree.max_k, "drafter": tree.drafter,
+                                                     **profile.compliance.settings()})
 
 
-def defaults_layer() -> Layer:
+def defaults_layer() -> SettingsLayer:
     defaults = DecodeConfig()
-    return Layer(DEFAULTS, {**{k: getattr(defaults, k) for k in DECODE_KEYS},
+    return SettingsLayer(DEFAULTS, {**{k: getattr(defaults, k) for k in DECODE_KEYS},
                             **{k: getattr(defaults.prune, k) for k in PRUNE_KEYS}})
 
 
-def options_from(config: object) -> dict[str, Any]:
-    """The decode settings a stage config carries (its attributes named like settings; None = not set).
-
-    A setting added to DecodeConfig and to a stage's config reaches the resolver with no change here.
-    """
-    return {key: getattr(config, key) for key in SETTING_KEYS if hasattr(config, key)}
-
-
 def decode_layers(options: Mapping[str, Any], *, profile: DeviceProfile, scenario: ScenarioProfile | None = None,
-                  plan: PlanSettings | None = None, requirements: Mapping[str, Any] | None = None) -> list[Layer]:
+                  plan: PlanSettings | None = None,
+                  requirements: Mapping[str, Any] | None = None) -> list[SettingsLayer]:
     """The layers in precedence order, highest first."""
-    layers = [Layer(OPTIONS, options), requirements_layer(requirements), plan_layer(plan),
+    layers = [SettingsLayer(OPTIONS, options), requirements_layer(requirements), plan_layer(plan),
               scenario_layer(scenario), profile_layer(profile), defaults_layer()]
     return [layer for layer in layers if layer is not None]
 
 
 # ---- resolving -------------------------------------------------------------------------------
 
-def merge(layers: Sequence[Layer]) -> tuple[dict[str, Any], dict[str, str]]:
+def merge(layers: Sequence[SettingsLayer]) -> tuple[dict[str, Any], dict[str, str]]:
     """For every setting, the value of the first layer that has one, and that layer's source."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -224,12 +216,16 @@ def fit_to_drafts(values: dict[str, Any], sources: dict[str, str], has_draft: bo
                           f"pass {setting('drafter')} lookup (or --no-speculation), or export with --draft")
     note = f"drafter {drafter.value} ({sources['drafter']}) needs a draft graph this bundle lacks; using lookup"
     log.info("%s", note)
+    said = sources["drafter"]
     values["drafter"] = DrafterKind.lookup
-    sources["drafter"] = f"{BUNDLE} (no draft graph; {sources['drafter']} said {drafter.value})"
-    return [note]
+    sources["drafter"] = f"{BUNDLE} (no draft graph; {said} said {drafter.value})"
+    # the built-in default names the draft model because most bundles have one; for a bundle without
+    # one, lookup is the default (docs/export.md), not an override worth a warning
+    return [] if said == DEFAULTS else [note]
 
 
-def resolve(layers: Sequence[Layer], buckets: BucketTable | None = None, has_draft: bool = True) -> ResolvedSettings:
+def resolve(layers: Sequence[SettingsLayer], buckets: BucketTable | None = None,
+            has_draft: bool = True) -> ResolvedSettings:
     """Merge `layers` (highest precedence first), fit to the bundle, validate into a DecodeConfig."""
     values, sources = merge(layers)
     notes = fit_to_buckets(values, sources, buckets) + fit_to_drafts(values, sources, has_draft)
@@ -257,19 +253,20 @@ def resolve_decode(options: Mapping[str, Any], *, profile: DeviceProfile, scenar
     return dataclasses.replace(resolved, plan_plain_step_ms=plan.plain_step_ms)
 
 
-def run_settings(options: Mapping[str, Any], manifest: Manifest, *, profile: DeviceProfile,
+def run_settings(options: DecodeOptions, manifest: Manifest, *, profile: DeviceProfile,
                  scenario: ScenarioProfile | None = None, device: str | None = None) -> ResolvedSettings:
-    """The settings a run of `generate`, `bench` or `tune` decodes with: `options` (by setting name, None
-    for "not set") over the bundle's requirements, its plan for `device` (a `records.plan.device_key`;
+    """The settings a run of `generate`, `bench` or `tune` decodes with: `options` (what the run's config
+    embeds) over the bundle's requirements, its plan for `device` (a `records.plan.device_key`;
     None: no plan applies, e.g. before the device is known), the scenario and the profile, fitted
     to the bundle's buckets and drafts. A plan made for another drafter than a fixed `drafter` is
     not used (its tree was chosen for that drafter)."""
-    drafter = options.get("drafter")
+    drafter = options.drafter  # DecodeConfig names a bad value below
     plan = (manifest.plan.for_device(device, getattr(drafter, "value", drafter))
             if manifest.plan is not None and device is not None else None)
     # the target the plan chose (a bundle may carry it in several weight formats) sets the requirements
     manifest = manifest.with_format(plan.weight_format if plan is not None else None)
-    resolved = resolve_decode(options, profile=profile, scenario=scenario, plan=plan, buckets=manifest.buckets,
+    resolved = resolve_decode(options.values(), profile=profile, scenario=scenario, plan=plan,
+                              buckets=manifest.buckets,
                               requirements=bundle_requirements(manifest.quantization),
                               has_draft="draft" in manifest.graphs)
     return dataclasses.replace(resolved, plan=plan)
@@ -278,6 +275,14 @@ def run_settings(options: Mapping[str, Any], manifest: Manifest, *, profile: Dev
 # ---- adaptive controllers --------------------------------------------------------------------
 
 DEFAULT_CONTROLLERS = ("fallback", "thermal", "power")  # safety nets on by default; tuning ones are opt-in
+
+
+def run_threads(threads: int | None, profile: DeviceProfile) -> int:
+    """The run's onnxruntime threads: the option, else the profile's runtime.threads (0: all cores)."""
+    chosen = profile.runtime.threads if threads is None else threads
+    if chosen < 0:
+        raise InputError(f"{setting('threads')} {chosen} is negative", "pass 0 (all cores) or a number of threads")
+    return chosen
 
 
 def parse_controllers(text: str | None) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from specdec.pipeline.passes import PASSES, prune_pass
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.decode import PruneParams
 from specdec.pipeline.records.manifest import CustomOpGraph, CustomOps
+from specdec.pipeline.records.reports import SurgeryReport
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ def _surgery(pass_module: ModuleType, source: Path, out: Path, config: SurgeryCo
 def surgery_bundle(config: SurgeryConfig, source: Bundle, progress: Progress | None = None) -> Bundle:
     progress = progress or SilentProgress()
     _check_bundle(source)
+    source.check_graphs()
     manifest = source.manifest.copy()
     records: dict[str, CustomOpGraph] = {}
     with BundleWriter(config.output, force=config.force, sources=(source.path,)) as writer:
@@ -94,7 +96,7 @@ def surgery_bundle(config: SurgeryConfig, source: Bundle, progress: Progress | N
                 validate_surgery(source.graph_path(role), out, role, config.max_k)
             spec.inputs, spec.outputs = describe_io(out)
         manifest.custom_ops = CustomOps(domain=DOMAIN, version=VERSION, graphs=records)
-        manifest.reports["surgery"] = {"validated": True}
+        manifest.reports.surgery = SurgeryReport(validated=True)
         return writer.finish(manifest, stage="surgery", config=config.record(), inputs=input_digests(source))
 
 

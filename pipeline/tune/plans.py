@@ -19,7 +19,8 @@ from specdec.pipeline.records.codec import RecordError, from_dict
 from specdec.pipeline.records.manifest import GraphFlavour, Manifest
 from specdec.pipeline.records.plan import DevicePlan, TuneRequest
 from specdec.pipeline.records.results import PlanReport, PlanTerm
-from specdec.pipeline.settings.resolve import DECODE_KEYS, ResolvedSettings, bundle_requirements
+from specdec.pipeline.settings.decode_options import DECODE_KEYS, DecodeOptions
+from specdec.pipeline.settings.resolve import ResolvedSettings, bundle_requirements
 
 TREE_SETTINGS = ("tree_budget", "depth", "width")
 LOOKUP_SETTINGS = ("lookup_min_ngram", "lookup_max_ngram")
@@ -27,20 +28,21 @@ LOOKUP_SETTINGS = ("lookup_min_ngram", "lookup_max_ngram")
 LOOKUP_NGRAMS = ([1, 3], [2, 4])
 
 
-def tune_request(bundle: Bundle, options: Mapping[str, Any], device: str, prompts: list[list[int]],
+def tune_request(bundle: Bundle, options: DecodeOptions, device: str, prompts: list[list[int]],
                  only: bool = False, max_new_tokens: int | None = None) -> TuneRequest | None:
     """What to tune on the device, or None when there is nothing left to choose.
 
     Settings the user fixed stay fixed: a fixed drafter is the only one calibrated, fixed lookup
     lengths the only ones tried; with the whole tree fixed there is nothing to plan (unless `only`).
     """
-    pinned = [key for key in TREE_SETTINGS if options.get(key) is not None]
-    if options.get("speculative") is False or (len(pinned) == len(TREE_SETTINGS) and not only):
+    given = options.given()
+    pinned = [key for key in TREE_SETTINGS if key in given]
+    if options.speculative is False or (len(pinned) == len(TREE_SETTINGS) and not only):
         return None
     table = bundle.manifest.buckets
     budgets = table.sizes("target") if table is not None and table.flavour is GraphFlavour.npu else None
-    drafter = options.get("drafter")
-    lookup_pinned = [key for key in LOOKUP_SETTINGS if options.get(key) is not None]
+    drafter = options.drafter
+    lookup_pinned = [key for key in LOOKUP_SETTINGS if key in given]
     request = TuneRequest(prompts=[], device=device, budgets=[b for b in budgets if b >= 2] if budgets else None,
                           drafters=[getattr(drafter, "value", str(drafter))] if drafter is not None else [],
                           lookup_ngrams=[] if lookup_pinned else [list(n) for n in LOOKUP_NGRAMS],
@@ -49,9 +51,9 @@ def tune_request(bundle: Bundle, options: Mapping[str, Any], device: str, prompt
         request.max_new_tokens = max_new_tokens
     # Calibration decodes max_new_tokens past the prompt and then verifies trees of up to max_budget nodes:
     # keep the end of prompts that would not leave that much room in the bundle's context.
-    room = _context(bundle) - request.max_new_tokens - request.max_budget - 1
+    room = bundle.context - request.max_new_tokens - request.max_budget - 1
     if room < 2:
-        request.max_budget = max(2, _context(bundle) - request.max_new_tokens - 3)
+        request.max_budget = max(2, bundle.context - request.max_new_tokens - 3)
         room = 2
     request.prompts = [p[-room:] for p in prompts if p]
     return request
@@ -69,13 +71,6 @@ def with_tuned(settings: ResolvedSettings, tuned: DevicePlan | None, request: Tu
         if getattr(config, key) != getattr(settings.config, key):
             sources[key] = "plan (tuned on the device)"
     return dataclasses.replace(settings, config=config, sources=sources)
-
-
-def _context(bundle: Bundle) -> int:
-    table = bundle.manifest.buckets
-    if table is not None:
-        return table.max_context
-    return min(spec.max_position_embeddings for spec in bundle.manifest.graphs.values())
 
 
 def tuned_plan(events: list[dict[str, Any]]) -> DevicePlan | None:

@@ -1,4 +1,4 @@
-"""Issue 15's bad inputs through the CLI: one line, the documented exit code, before any long work, nothing left.
+"""Bad inputs through the CLI: one line, the documented exit code, before any long work, nothing left.
 
 The bench cases (baselines, a read-only results directory, tree budgets on compiled buckets) are in
 tests/pipeline/bench/test_bad_input.py, next to the compiled bundle they need.
@@ -82,13 +82,14 @@ def test_generate_refuses_to_overwrite_replies(bundle_factory, prompts: Path, tm
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     bundle = str(bundle_factory("llama").path)
     replies = tmp_path / "replies.jsonl"
-    replies.write_text("my earlier replies\n")
+    earlier = json.dumps({"id": "old", "input_ids": [1], "output_ids": [2], "text": "x", "stats": {}}) + "\n"
+    replies.write_text(earlier)  # replies an earlier run wrote: --force may replace them (only them)
     with monkeypatch.context() as patched:
         calls = _no_decoding(patched)
         refused = runner.invoke(app, ["generate", bundle, "--prompts", str(prompts), "-o", str(replies)])
         assert refused.exit_code == 2 and "already exists" in _one_line_error(refused.output)
         assert "--force" in refused.output and calls == []
-    assert replies.read_text() == "my earlier replies\n"
+    assert replies.read_text() == earlier
     forced = runner.invoke(app, ["generate", bundle, "--prompts", str(prompts), "-o", str(replies), "-n", "3",
                                  "--force"])
     assert forced.exit_code == 0, forced.output
@@ -192,3 +193,16 @@ def test_warnings_have_one_style() -> None:
         logging.getLogger("specdec.test").warning("the sky is [falling]")
         console.warn("the sky is [falling]")
     assert len(printed) == 2 and printed[0] == printed[1] and printed[0].startswith("[yellow]warning[/]: ")
+
+
+def test_gguf_files_specdec_cannot_export_are_one_line(tmp_path: Path) -> None:
+    from support.tiny_gguf import write_llama
+
+    falcon = write_llama(tmp_path / "falcon.gguf", architecture="falcon")
+    refused = runner.invoke(app, ["export", str(falcon), "-o", str(tmp_path / "a")])
+    assert refused.exit_code == 4 and "holds a 'falcon' model" in _one_line_error(refused.output)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(write_llama(tmp_path / "whole.gguf").read_bytes()[:5000])
+    unreadable = runner.invoke(app, ["export", str(cut), "-o", str(tmp_path / "b")])
+    assert unreadable.exit_code == 2 and "cannot read target GGUF file" in _one_line_error(unreadable.output)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from standin.adb_env import AdbServer
+from standin.adbd import StandinDevice
 from standin.conftest import MakeStandin, adb_env, make_standin  # noqa: F401
 from typer.testing import CliRunner
 
@@ -77,7 +79,7 @@ def test_devices_portable_runtime_column(adb_environ: AdbServer, make_standin: M
                                          monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from types import SimpleNamespace
 
-    from specdec.cli import devices_cmd
+    from specdec.pipeline.ondevice import readiness
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built here
     dev = make_standin(model="Stock_Phone")
@@ -89,7 +91,7 @@ def test_devices_portable_runtime_column(adb_environ: AdbServer, make_standin: M
     marker.parent.mkdir(parents=True)
     marker.write_text(older + "1" * 48 + "\n")
     (marker.parent.parent / ".0123456789abcdef.partial-1234").mkdir()  # a push in progress is not "present"
-    monkeypatch.setattr(devices_cmd, "find_current", lambda abi: current)
+    monkeypatch.setattr(readiness, "find_current", lambda abi: current)
     row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
     assert f"older {older}" in row
     done = dev.fs.host_path(f"/data/local/tmp/specdec/runtime/{current.id}/.specdec-complete")
@@ -99,3 +101,40 @@ def test_devices_portable_runtime_column(adb_environ: AdbServer, make_standin: M
     assert data["runtime"] == {"present": sorted([older, current.id]), "current": current.id, "current_present": True}
     row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
     assert f"present {current.id}" in row
+
+
+@pytest.fixture
+def second_server(adb_environ: AdbServer, tmp_path: Path) -> Iterator[AdbServer]:
+    """Another adb server on a port of its own, as a device farm's would be."""
+    server = AdbServer(workdir=tmp_path / "adb2")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.adb
+def test_devices_fleet_check(adb_environ: AdbServer, second_server: AdbServer, make_standin: MakeStandin,  # noqa: F811
+                             tmp_path: Path) -> None:
+    ready = make_standin(python=sys.executable, model="Ready")
+    bare = make_standin(python=None, model="Bare")  # no Python: the portable runtime (arm64) will do
+    odd = StandinDevice(tmp_path / "odd", python=None, model="Odd", abi="mips").start()
+    try:
+        second_server.connect(odd)
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(f"devices:\n  - serial: {ready.serial}\n  - serial: {bare.serial}\n"
+                         f"  - {{serial: {odd.serial}, host: 127.0.0.1, port: {second_server.port}, label: odd}}\n"
+                         f"  - {{serial: '127.0.0.1:1', label: absent}}\n")
+        result = CliRunner().invoke(app, ["devices", "--fleet", str(fleet), "--json"])
+        assert result.exit_code == 8, result.output
+        rows = {row["label"]: row for row in json.loads(result.stdout)}
+        assert rows[ready.serial.replace(":", "_")]["ready"] and \
+            rows[ready.serial.replace(":", "_")]["runs_with"] == "device-python"
+        assert rows[bare.serial.replace(":", "_")]["runs_with"] == "portable"
+        assert not rows["odd"]["ready"] and "not mips" in rows["odd"]["problem"]
+        assert rows["odd"]["server"] == f"127.0.0.1:{second_server.port}" and rows["odd"]["info"]["model"] == "Odd"
+        assert rows["absent"]["state"] == "not attached"
+        assert "2 of 4 fleet devices are not ready: odd, absent" in " ".join(result.output.split())
+    finally:
+        odd.stop()

@@ -25,7 +25,7 @@ runner = CliRunner()
 ])
 def test_bad_options_are_one_line(args: list[str], flag: str, tmp_path: Path) -> None:
     out = tmp_path / "draft"
-    result = runner.invoke(app, ["draft", "demo", "-o", str(out), *args])
+    result = runner.invoke(app, ["draft", "demo-tiny", "-o", str(out), *args])
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert result.exit_code == 2, result.output
     assert len(lines) == 1 and lines[0].startswith("error: ") and flag in lines[0], result.output
@@ -44,8 +44,8 @@ def test_unsupported_target_is_one_line(tmp_path: Path) -> None:
 def test_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "notes.txt").write_text("mine")
-    result = runner.invoke(app, ["draft", "demo", "-o", str(tmp_path / "d")])
+    result = runner.invoke(app, ["draft", "demo-tiny", "-o", str(tmp_path / "d")])
     assert result.exit_code == 2 and "already exists" in result.output
-    result = runner.invoke(app, ["draft", "demo", "-o", str(tmp_path / "d"), "--force"])
+    result = runner.invoke(app, ["draft", "demo-tiny", "-o", str(tmp_path / "d"), "--force"])
     assert result.exit_code == 2 and "notes.txt" in result.output
     assert (tmp_path / "d" / "notes.txt").read_text() == "mine"

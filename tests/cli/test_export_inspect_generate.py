@@ -79,8 +79,9 @@ def test_generate_with_each_drafter_and_a_target_only_bundle(pair_factory, bundl
     summary = json.loads(runner.invoke(app, ["inspect", str(alone), "--json"]).output)
     assert set(summary["graphs"]) == {"target"}
     fitted = runner.invoke(app, ["generate", str(alone), "--prompts", str(prompts), "-o", str(tmp_path / "f"),
-                                 "-n", "16"])
-    assert fitted.exit_code == 0 and "using lookup" in fitted.output, fitted.output
+                                 "-n", "16", "--stats"], env={"COLUMNS": "200"})
+    assert fitted.exit_code == 0 and "warning" not in fitted.output, fitted.output  # lookup: such a bundle's default
+    assert "drafter lookup (bundle (no draft graph; defaults said model))" in " ".join(fitted.output.split())
     assert json.loads((tmp_path / "f").read_text())["output_ids"] == outputs["plain"]
     refused = runner.invoke(app, ["generate", str(alone), "--prompt", "the", "--drafter", "model"])
     assert refused.exit_code == 3

@@ -28,21 +28,24 @@ from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.compile.fused.weights import read_linears
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.fused_kv import ROUND_ROWS
-from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.packing import dequantize, unpack
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
 # Phi-3 at 2 heads of 64 dims: 0.75 of a head rotates in a multiple of 16 dims, as GQA needs.
 PAIRS: dict[str, dict[str, Any]] = {"qwen3": {}, "gemma3_text": {"target_layers": 3}, "phi3": {"hidden": 128},
                                     "smollm3": {}}
-QUANTIZE = {"method": "rtn", "calib_samples": 4, "calib_seq_len": 32, "eval_prompts": 2, "eval_new_tokens": 8}
+QUANTIZE = {"format": "nbits", "method": "rtn", "calib_samples": 4, "calib_seq_len": 32, "eval_prompts": 2,
+            "eval_new_tokens": 8}
 NEW_TOKENS = 24
 MAX_CONTEXT = 96
 
@@ -61,7 +64,7 @@ def built(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
             root = tmp_path_factory.mktemp(f"e2e-{arch}")
             exported = bundle_factory(arch, **PAIRS[arch])
             surgered = surgery_bundle(SurgeryConfig(output=root / "surgery"), exported)
-            quantized = quantize_bundle(QuantizeConfig(output=root / "quantize", **QUANTIZE), surgered)
+            quantized = quantize_bundle(QuantizeConfig.from_text(output=root / "quantize", **QUANTIZE), surgered)
             cpu = compile_bundle(CompileConfig(output=root / "cpu", target=GraphFlavour.cpu, max_context=MAX_CONTEXT,
                                                format=OutputFormat.onnx), quantized)
             npu = compile_bundle(CompileConfig(output=root / "npu", target=GraphFlavour.npu, max_context=MAX_CONTEXT,
@@ -121,8 +124,8 @@ def test_end_to_end_greedy_equals_hugging_face(built, arch: str, tmp_path: Path)
     assert np.mean(accepted) > 1.0  # the layer-dropped draft is accepted at times
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n')
-    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts, max_new_tokens=8, repeats=1,
-                                    tune=False), bundles["cpu"])
+    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts, repeats=1, tune=False,
+                                    decode=DecodeOptions(max_new_tokens=8)), bundles["cpu"])
     assert outcome.results.lossless.checked and outcome.results.lossless.equal
 
 
@@ -130,11 +133,11 @@ def test_end_to_end_greedy_equals_hugging_face(built, arch: str, tmp_path: Path)
 def test_w8a8_plain_steps_of_one_row_equal_speculation(bundle_factory, arch: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The fused w8a8 target's attention pad row on every new layout (q/k norms, windowed layers,
     partial rotary, NoPE layers): plain steps of one row, bitwise the chain rows speculation verifies."""
-    quantized = quantize_bundle(QuantizeConfig(output=tmp_path / "w8a8", format="w8a8", **QUANTIZE),
+    quantized = quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "w8a8", **{**QUANTIZE, "format": "w8a8"}),
                                 bundle_factory(arch, **PAIRS[arch]))
     cpu = compile_bundle(CompileConfig(output=tmp_path / "cpu", target=GraphFlavour.cpu, max_context=MAX_CONTEXT,
                                        format=OutputFormat.onnx), quantized)
-    assert cpu.manifest.reports["compile"]["invariance"]["single_row"]
+    assert dump(cpu.manifest.reports)["compile"]["invariance"]["single_row"]
     engine = Engine(cpu.path)
     exact = DecodeConfig(max_new_tokens=NEW_TOKENS, exact_layout=True)
     assert engine.target.single_row_exact and engine.root_rows(exact) == 1

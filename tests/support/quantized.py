@@ -21,7 +21,7 @@ def op_types(path: Path) -> list[str]:
 
 def quantized_and_fused(source: Bundle, root: Path, **config: Any) -> tuple[Bundle, Bundle]:
     """`source` quantized with `config` (plus SMALL) under root/q, then compiled for cpu under root/cpu."""
-    quantized = quantize_bundle(QuantizeConfig(output=root / "q", **config, **SMALL), source)
+    quantized = quantize_bundle(QuantizeConfig.from_text(output=root / "q", **config, **SMALL), source)
     fused = compile_bundle(CompileConfig(output=root / "cpu", target=GraphFlavour.cpu, max_context=96,
                                          format=OutputFormat.onnx), quantized)
     return quantized, fused

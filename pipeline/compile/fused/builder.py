@@ -327,11 +327,13 @@ class _Decoder:
         return emit.linear(product, layer.down, f"{base}/down_proj")
 
 
-def _embed(emit: _Emitter, weights: DecoderWeights) -> str:
+def _embed(emit: _Emitter, weights: DecoderWeights) -> tuple[str, str | None]:
+    """The embedded input_ids, and the float table's initializer (None: a quantized lookup)."""
     emb = weights.embedding
+    table: str | None = None
     if emb.table is not None:
-        hidden = emit.node("Gather", [emit.float_const("embed_tokens.weight", emb.table), "input_ids"], 1,
-                           "embed_tokens")[0]
+        table = emit.float_const("embed_tokens.weight", emb.table)
+        hidden = emit.node("Gather", [table, "input_ids"], 1, "embed_tokens")[0]
     else:
         assert emb.node is not None
         emit.inits.extend(emb.initializers)
@@ -341,7 +343,21 @@ def _embed(emit: _Emitter, weights: DecoderWeights) -> str:
     if scale is not None:  # Gemma: sqrt(hidden), rounded to the model's dtype as Hugging Face does
         hidden = emit.node("Mul", [hidden, emit.float_const("embed_tokens.scale", np.array(scale, np.float32))], 1,
                            "embed_tokens/scale")[0]
-    return hidden
+    return hidden, table
+
+
+def _head(emit: _Emitter, weights: DecoderWeights, normed: str, table: str | None, out: str | None = None) -> str:
+    """The logits of `normed` [1, q, H]. A head tied to the float embedding reads the table itself:
+    Gemm with transB takes the [V, H] table as it is, where MatMul would need it transposed (a
+    Transpose of a constant is folded into a second copy by onnxruntime's optimizer, in memory and in
+    the ORT file alike). Gemm is 2-D: the q rows are flattened around it."""
+    if not weights.tied_head or table is None:
+        return emit.linear(normed, weights.head, "lm_head", out=out)
+    rows = emit.node("Reshape", [normed, emit.const("lm_head.rows", np.array([-1, weights.hidden], np.int64))], 1,
+                     "lm_head/rows")[0]
+    logits = emit.node("Gemm", [rows, table], 1, "lm_head", transB=1)[0]
+    shape = emit.const("lm_head.shape", np.array([1, -1, weights.head.N], np.int64))
+    return emit.node("Reshape", [logits, shape], [out] if out is not None else 1, "lm_head/shape")[0]
 
 
 @dataclass(frozen=True)
@@ -396,7 +412,7 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     half = half_kv and elem != TensorProto.FLOAT16  # a float16 graph's cache is float16 already
     decoder = _Decoder(emit, weights, ropes, kv_scales, half, pad_row=attention_pad_row)
     kv_elem = TensorProto.INT8 if kv_scales is not None else TensorProto.FLOAT16 if half_kv else elem
-    hidden = _embed(emit, weights)
+    hidden, table = _embed(emit, weights)
     if weights.feature_input is not None:
         hidden = _feature_in(decoder, hidden, weights.feature_input)
     branch: str | None = None  # the last sublayer's output, still to be added to `hidden`
@@ -419,9 +435,9 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     normed = final[0]
     cap = record.final_logit_softcap
     if cap is None:
-        emit.linear(normed, weights.head, "lm_head", out="logits")
+        _head(emit, weights, normed, table, out="logits")
     else:  # Gemma-2-style soft-capping: cap * tanh(logits / cap)
-        raw = emit.linear(normed, weights.head, "lm_head")
+        raw = _head(emit, weights, normed, table)
         scaled = emit.node("Div", [raw, emit.float_const("softcap", np.array(cap))], 1, "softcap/div")[0]
         capped = emit.node("Tanh", [scaled], 1, "softcap/tanh")[0]
         emit.node("Mul", [capped, emit.float_const("softcap_out", np.array(cap))], ["logits"], "softcap/mul")

@@ -17,15 +17,15 @@ custom ops' outputs are compared wherever both graphs rank each row's top candid
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import GraphInfo
 from specdec.pipeline.engine.graph import HIDDEN_OUT, HIDDEN_STATES, SessionOptions
-from specdec.pipeline.engine.manifest import GraphInfo
 from specdec.pipeline.engine.runner import DynamicRunner, Runner, causal, no_scratch
 from specdec.pipeline.engine.tree import ancestor_matrix
 from specdec.pipeline.errors import ValidationError
+from specdec.pipeline.records.reports import Reports
 
 FP32_TOLERANCE = 1e-5
 FP16_TOLERANCE = 2e-2
@@ -34,7 +34,7 @@ INT8_COMPUTE_TOLERANCE = 2e-2
 # format itself moves the logits (quantize's `logits_error`, quantized vs float on the eval windows):
 # the flipped rounding steps are noise of the same kind as the format's own, so a fixed bound is
 # wrong at one size or another. At the Llama-3.2-1B shape (random init, 16 layers) w8a8 moved the
-# logits by 0.149 and the fused graph differed from the dynamic one by 0.0517 (issue 25); on the
+# logits by 0.149 and the fused graph differed from the dynamic one by 0.0517; on the
 # tiny test models the fixed 2e-2 is the larger bound and stays.
 INT8_ERROR_FRACTION = 0.5
 _RANKED = 8  # candidates per row whose order decides the ops (the prune op's max_k)
@@ -82,10 +82,9 @@ def tolerance_basis(int8_compute: bool, logits_error: float | None) -> str:
             f"error {logits_error:.3g} from quantize's report)")
 
 
-def format_logits_error(reports: dict[str, Any], role: str) -> float | None:
+def format_logits_error(reports: Reports, role: str) -> float | None:
     """The `role` graph's logits error in quantize's quality report, if the bundle has one."""
-    value = reports.get("quantize", {}).get("graphs", {}).get(role, {}).get("logits_error")
-    return float(value) if isinstance(value, int | float) else None
+    return reports.quantize.logits_error(role) if reports.quantize is not None else None
 
 
 def same_ranking(got: np.ndarray, want: np.ndarray) -> bool:

@@ -110,6 +110,10 @@ class DecoderWeights:
     head_dim: int
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
     feature_input: FeatureInput | None = None  # a feature draft: its graph also reads `hidden_states`
+    # the head is the float embedding table transposed (tied word embeddings): the fused graph reads one
+    # initializer for both. A quantized head is not: quantize gives it its own codes (int4/int8 per
+    # column) while the table stays float or takes GatherBlockQuantized's blocks, so the two differ.
+    tied_head: bool = False
 
     @property
     def hidden(self) -> int:
@@ -277,11 +281,21 @@ def read_decoder(model: onnx.ModelProto, *, num_kv_heads: int, head_dim: int, dt
     first = layers[0]
     packed = first.qkv.N - 2 * num_kv_heads * head_dim if first.qkv is not None else 0
     query_width = first.q.N if first.q is not None else packed
+    embedding, head = _embedding(graph), linears["lm_head"]
     return DecoderWeights(
-        embedding=_embedding(graph), layers=layers, final_norm=graph.norm_weight("model.norm"),
-        head=linears["lm_head"], decoder=decoder, num_heads=query_width // head_dim, num_kv_heads=num_kv_heads,
-        head_dim=head_dim, dtype=np.dtype(dtype), feature_input=_feature_input(graph, linears),
+        embedding=embedding, layers=layers, final_norm=graph.norm_weight("model.norm"),
+        head=head, decoder=decoder, num_heads=query_width // head_dim, num_kv_heads=num_kv_heads,
+        head_dim=head_dim, dtype=np.dtype(dtype), tied_head=tied(embedding, head),
+        feature_input=_feature_input(graph, linears),
     )
+
+
+def tied(embedding: Embedding, head: Linear) -> bool:
+    """Whether the head is exactly the float embedding table transposed (by value: an exporter may have
+    written a tied weight once, read through a Transpose, or twice)."""
+    table, weight = embedding.table, head.weight
+    return (table is not None and weight is not None and head.bias is None and head.input_scale is None
+            and weight.shape == table.shape[::-1] and weight.dtype == table.dtype and np.array_equal(weight, table.T))
 
 
 def _feature_input(graph: _Graph, linears: dict[str, Linear]) -> FeatureInput | None:

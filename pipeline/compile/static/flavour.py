@@ -7,7 +7,7 @@ to the next bucket as the reply grows, the way phone NPU toolchains ship AR × C
 Every variant is simplified (onnxsim), optimised (onnxruntime, basic level), gets its custom ops
 back and is checked against the dynamic graph before it is written. The onnx variants of a role
 share one weights file (shared_weights.py), so the bundle does not grow with the variant count;
-ORT format cannot reference external data, so `--format ort|both` repeats the weights per variant.
+ORT format cannot reference external data, so `--file-format ort|both` repeats the weights per variant.
 
 A decoder with windowed layers keeps its second mask input (`sliding_attention_mask`, same shape
 as `attention_mask`), which the runtime fills from the slots' positions: exact past the window.
@@ -40,12 +40,14 @@ from specdec.pipeline.compile.static.graph import dynamic_dims, make_static, str
 from specdec.pipeline.compile.static.readiness import readiness
 from specdec.pipeline.compile.static.shared_weights import SharedWeights
 from specdec.pipeline.compile.static.validate import BucketValidator
-from specdec.pipeline.engine.manifest import read_bundle
-from specdec.pipeline.errors import BundleError
+from specdec.pipeline.engine.bundle_info import read_bundle
+from specdec.pipeline.errors import BundleError, setting
 from specdec.pipeline.graphs.files import describe_io, load_graph
 from specdec.pipeline.passes import reinsert
 from specdec.pipeline.progress import Progress
+from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.manifest import BucketTable, BucketVariant, CustomOps, GraphFlavour, OutputFormat
+from specdec.pipeline.records.reports import CompileReport
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,8 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
         for variants in table.values():
             for variant in variants:
                 if variant.stem not in produced:
-                    raise BundleError(f"ORT conversion did not produce {variant.stem}.ort", "try --format onnx")
+                    raise BundleError(f"ORT conversion did not produce {variant.stem}.ort",
+                                      f"try {setting('format')} onnx")
                 variant.ort_file = f"{BUCKET_DIR}/{variant.stem}.ort"
     if settings.format is OutputFormat.ort:  # the .ort files carry their weights: drop the onnx side
         for variants in table.values():
@@ -117,21 +120,21 @@ def compile_static(source: Bundle, manifest: Manifest, out: Path, settings: Comp
     manifest.buckets = BucketTable(max_context=settings.max_context, prefill_chunk=settings.prefill_chunk,
                                    format=settings.format, profile=settings.profile, graphs=table,
                                    flavour=GraphFlavour.npu, weights=weights, kv_policy=settings.kv_policy)
-    manifest.reports["compile"] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": written.validation,
-                                   "simplify": written.simplify, "readiness": ready,
-                                   "context_buckets": list(settings.context_buckets), "sizes": sizes,
-                                   "notes": notes}
+    report: dict[str, Any] = {"flavour": GraphFlavour.npu.value, "max_abs_diff": written.validation,
+                              "simplify": written.simplify, "readiness": ready,
+                              "context_buckets": list(settings.context_buckets), "sizes": sizes, "notes": notes}
     if plan is not None:  # the QDQ form's measurements, and what the MatMulInteger form's readiness was
-        manifest.reports["compile"]["activations"] = {**plan.report, "readiness_matmulinteger": written.before_qdq,
-                                                      "validation": written.tolerances}
+        report["activations"] = {**plan.report, "readiness_matmulinteger": written.before_qdq,
+                                 "validation": written.tolerances}
     elif written.tolerances:  # int8 compute: each variant's tolerance and the padded dynamic graph's own move
-        manifest.reports["compile"]["validation"] = written.tolerances
+        report["validation"] = written.tolerances
     if settings.kv_policy.lossy:  # what the window costs against the full cache
         with progress.task("measuring the KV policy against the full cache"):
-            tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib)
             info = read_bundle(source.path).graphs["target"]
-            manifest.reports["compile"]["kv_quality"] = kv_quality.measure_dynamic(
-                info, settings.max_context, settings.kv_policy, tokens)
+            tokens = kv_quality.calibration_tokens(source.path / manifest.tokenizer.dir, settings.kv_calib,
+                                                   info.vocab_size)
+            report["kv_quality"] = kv_quality.measure_dynamic(info, settings.max_context, settings.kv_policy, tokens)
+    manifest.reports.compile = from_dict(CompileReport, report, "reports.compile")
 
 
 @dataclass
@@ -206,4 +209,4 @@ def _ort_size_note(sizes: dict[str, Any]) -> str:
     shared = sum(role["shared_weights_bytes"] for role in sizes.values())
     return (f"ORT format cannot reference a shared weights file: its {variants} variants repeat the weights "
             f"(about {inline / 2**20:.0f} MiB, against {shared / 2**20:.0f} MiB shared by the onnx variants); "
-            "use --format onnx for the small bundle")
+            f"use {setting('format')} onnx for the small bundle")

@@ -47,7 +47,14 @@ class Grammar:
             raise ValueError("a Grammar needs a json_schema or a regex")
         error = llguidance.LLMatcher.validate_grammar(self.grammar, self.tokenizer)  # type: ignore[arg-type]
         if error:
-            raise InputError(f"{key} cannot be compiled: {error}".replace("\n", " "), f"fix the {self.name}")
+            raise InputError(f"{key} cannot be compiled: {error}".replace("\n", " "), f"fix {key}")
+        # A grammar whose language is empty (a regex like `a[^\s\S]`) compiles; the first mask llguidance
+        # computes for it then puts the matcher in its error state, allowing end-of-sequence only, so
+        # every reply would be empty with stop reason eos. Its derivative-based lexer prunes every dead
+        # branch, so a language with no text the tokenizer can write is known before the first token.
+        if GrammarProcessor(self).dead():
+            raise InputError(f"no reply can satisfy {key}: it matches no text this bundle's tokenizer can write",
+                             f"fix {key}")
 
     def matcher(self) -> object:
         import llguidance
@@ -69,6 +76,11 @@ class GrammarProcessor:
             self._bits.ctypes.data, self._bits.nbytes)
         mask: np.ndarray = np.unpackbits(self._bits.view(np.uint8), bitorder="little")[: self.grammar.vocab]
         return mask.astype(bool)
+
+    def dead(self) -> bool:
+        """No reply can start: the matcher is in its error state once its first mask is computed."""
+        self._mask()
+        return bool(self.matcher.is_error())  # type: ignore[attr-defined]
 
     def allowed(self, extra: Sequence[int]) -> np.ndarray | None:
         matcher = self.matcher

@@ -24,17 +24,24 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from specdec.pipeline.engine.bundle_info import BundleInfo
 from specdec.pipeline.engine.engine import Engine
-from specdec.pipeline.engine.manifest import BundleInfo
 from specdec.pipeline.engine.rng import Randomness
 from specdec.pipeline.engine.runner import no_scratch, prefill
 from specdec.pipeline.engine.stats import DRAFT, PRUNE, VERIFY, RoundStats
 from specdec.pipeline.engine.tree import ancestor_matrix
-from specdec.pipeline.engine.tune.planner import Calibration, CalibrationRound, CostCurve, Plan, TreeChoice, plan_tree
+from specdec.pipeline.engine.tune.planner import (
+    Calibration,
+    CalibrationRound,
+    CostCurve,
+    TreePlan,
+    plain_choice,
+    plan_tree,
+)
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice, TuneRequest
@@ -103,7 +110,7 @@ def calibration_specs(settings: TuneSettings, config: DecodeConfig, has_draft: b
 
 @dataclass
 class TuneResult:
-    plan: Plan
+    plan: TreePlan
     verify: CostCurve
     plain_step_ms: float
     calibrations: list[Calibration]
@@ -264,7 +271,7 @@ def decode_rate(engine: Engine, prompts: Sequence[list[int]], config: DecodeConf
     return tokens, ns
 
 
-def measured_speedup(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, choice: TreeChoice,
+def measured_speedup(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, choice: PlanChoice,
                      repeats: int) -> float:
     """The plan's decode speedup over plain decoding, the two interleaved so drift hits both alike."""
     plain = dataclasses.replace(base, speculative=False)
@@ -280,8 +287,8 @@ def measured_speedup(engine: Engine, prompts: Sequence[list[int]], base: DecodeC
     return (tokens / ns) / (plain_tokens / plain_ns)
 
 
-def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, plan: Plan, settings: TuneSettings,
-            notes: list[str]) -> tuple[Plan, float | None]:
+def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, plan: TreePlan, settings: TuneSettings,
+            notes: list[str]) -> tuple[TreePlan, float | None]:
     """The plan, or the first candidate after it, that measures at least MIN_CONFIRMED× plain decoding;
     plain decoding when none of `settings.confirm_tries` does. Returns the plan kept and its measurement."""
     tried = [plan.choice] + [c for c in plan.candidates if c.speculative and c != plan.choice]
@@ -294,29 +301,12 @@ def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, pl
             return dataclasses.replace(plan, choice=choice), speedup
         notes.append(f"{label} (predicted {choice.predicted_speedup:.2f}x) measured {speedup:.2f}x plain decoding "
                      f"on the calibration prompts: not kept")
-    plain = TreeChoice("none", 1, 0, 0, 1.0, round(plan.plain_step_ms, 4), 1.0)
+    plain = plain_choice(plan.plain_step_ms)
     notes.append("plain decoding planned: no candidate measured faster than it")
     return dataclasses.replace(plan, choice=plain), None
 
 
-class Choice(Protocol):
-    """A planned drafter and tree: planner.TreeChoice on the device, records.plan.PlanChoice on the host."""
-
-    @property
-    def drafter(self) -> str: ...
-    @property
-    def budget(self) -> int: ...
-    @property
-    def depth(self) -> int: ...
-    @property
-    def width(self) -> int: ...
-    @property
-    def lookup_ngrams(self) -> Sequence[int] | None: ...
-    @property
-    def speculative(self) -> bool: ...
-
-
-def apply_choice(config: DecodeConfig, choice: Choice, pinned: frozenset[str] = frozenset()) -> DecodeConfig:
+def apply_choice(config: DecodeConfig, choice: PlanChoice, pinned: frozenset[str] = frozenset()) -> DecodeConfig:
     """`config` with a plan's drafter and tree, except the fields the user fixed (`pinned`: tree_budget,
     depth, width, drafter, lookup_min_ngram, lookup_max_ngram).
 
@@ -326,7 +316,7 @@ def apply_choice(config: DecodeConfig, choice: Choice, pinned: frozenset[str] = 
         return config if pinned else dataclasses.replace(config, speculative=False)
     chosen: dict[str, Any] = {"tree_budget": choice.budget, "depth": choice.depth, "width": choice.width,
                                  "drafter": DrafterKind(choice.drafter)}
-    if choice.lookup_ngrams is not None:
+    if choice.lookup_ngrams:
         chosen["lookup_min_ngram"], chosen["lookup_max_ngram"] = choice.lookup_ngrams
     return dataclasses.replace(config, **{k: v for k, v in chosen.items() if k not in pinned})
 
@@ -355,16 +345,12 @@ def device_plan(result: TuneResult, *, device: str, threads: int, exact_layout: 
     """The manifest record of a tuning result."""
     intercept, slope, residual = result.verify.linear_fit()
 
-    def choice(c: TreeChoice) -> PlanChoice:
-        return PlanChoice(c.drafter, c.budget, c.depth, c.width, c.expected_tokens, c.round_ms, c.predicted_speedup,
-                          list(c.lookup_ngrams) if c.lookup_ngrams else None)
-
     return DevicePlan(
-        device=device, created=created, threads=threads, exact_layout=exact_layout, choice=choice(result.plan.choice),
+        device=device, created=created, threads=threads, exact_layout=exact_layout, choice=result.plan.choice,
         plain_step_ms=round(result.plain_step_ms, 4), verify_ms=[(n, round(ms, 4)) for n, ms in result.verify.points],
         verify_fit=CostFit(round(intercept, 4), round(slope, 4), round(residual, 4)), context=result.context,
         acceptance={c.name: c.acceptance_profile() for c in result.calibrations},
-        candidates=[choice(c) for c in result.plan.candidates],
+        candidates=list(result.plan.candidates),
         calibration_rounds=sum(len(c.rounds) for c in result.calibrations), tune_seconds=round(result.seconds, 2),
         confirmed_speedup=None if result.confirmed_speedup is None else round(result.confirmed_speedup, 4),
         notes=list(result.notes), kv_policy=kv_policy)

@@ -29,6 +29,8 @@ import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from specdec.pipeline.records.plan import PlanChoice
+
 MIN_GAIN = 1.05  # plan plain decoding unless speculation is predicted at least 5 % faster
 
 
@@ -170,27 +172,16 @@ class Calibration:
         return profile
 
 
-@dataclass(frozen=True)
-class TreeChoice:
-    drafter: str
-    budget: int  # nodes verified per round, root included; 1 = plain decoding
-    depth: int
-    width: int
-    expected_tokens: float  # per round
-    round_ms: float
-    predicted_speedup: float
-    lookup_ngrams: tuple[int, int] | None = None
-
-    @property
-    def speculative(self) -> bool:
-        return self.budget > 1
+def plain_choice(plain_step_ms: float) -> PlanChoice:
+    """Plain decoding as a plan's choice: one node a round, one token, its own speed."""
+    return PlanChoice("none", 1, 0, 0, 1.0, round(plain_step_ms, 4), 1.0)
 
 
 @dataclass
-class Plan:
-    choice: TreeChoice
+class TreePlan:
+    choice: PlanChoice
     plain_step_ms: float
-    candidates: list[TreeChoice] = field(default_factory=list)  # the best few, for the report
+    candidates: list[PlanChoice] = field(default_factory=list)  # the best few, for the report
 
     def as_dict(self) -> dict[str, object]:
         return {"choice": self.choice.__dict__, "plain_step_ms": round(self.plain_step_ms, 4),
@@ -199,11 +190,11 @@ class Plan:
 
 def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step_ms: float, *,
               budgets: Iterable[int] | None = None, min_gain: float = MIN_GAIN, keep: int = 8,
-              min_rows: int = 1) -> Plan:
+              min_rows: int = 1) -> TreePlan:
     """The drafter and tree maximizing predicted tokens/s; plain decoding unless it wins by `min_gain`."""
     if plain_step_ms <= 0:
         raise ValueError("the plain step time must be positive")
-    choices: list[TreeChoice] = []
+    choices: list[PlanChoice] = []
     for calibration in calibrations:
         sizes = sorted({b for b in (budgets or range(2, calibration.max_budget + 1))
                         if 2 <= b <= calibration.max_budget})
@@ -213,15 +204,15 @@ def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step
                 tokens = calibration.expected_tokens(budget, depth)
                 round_ms = fixed + calibration.verify_ms(budget, depth, verify, min_rows)
                 speedup = tokens * plain_step_ms / round_ms
-                choices.append(TreeChoice(calibration.drafter, budget, depth, calibration.width,
+                choices.append(PlanChoice(calibration.drafter, budget, depth, calibration.width,
                                           round(tokens, 4), round(round_ms, 4), round(speedup, 4),
-                                          calibration.lookup_ngrams))
+                                          list(calibration.lookup_ngrams) if calibration.lookup_ngrams else None))
     choices.sort(key=lambda c: (-c.predicted_speedup, c.budget, c.depth))
-    plain = TreeChoice("none", 1, 0, 0, 1.0, round(plain_step_ms, 4), 1.0)
+    plain = plain_choice(plain_step_ms)
     best = choices[0] if choices and choices[0].predicted_speedup >= min_gain else plain
     # the report shows the best few, and the best of every drafter so the runners-up are visible too
     # (a larger budget the drafter never filled predicts the same as the smaller one: shown once)
-    shown: list[TreeChoice] = []
+    shown: list[PlanChoice] = []
     for choice in choices:
         same_drafter = [c for c in shown if (c.drafter, c.lookup_ngrams) == (choice.drafter, choice.lookup_ngrams)]
         if any((c.depth, c.width, c.expected_tokens, c.round_ms) == (choice.depth, choice.width,
@@ -230,4 +221,4 @@ def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step
             continue
         if len(shown) < keep or not same_drafter:
             shown.append(choice)
-    return Plan(best, plain_step_ms, shown)
+    return TreePlan(best, plain_step_ms, shown)

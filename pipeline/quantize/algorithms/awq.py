@@ -27,7 +27,7 @@ _MIN_SCALE = 1e-4
 # columns: a block never spans columns, so each sampled column's rounding and loss are exactly what
 # the full search would compute for it, and the loss over columns is a sum that an even sample
 # estimates. Without it a tied 2048 x 128,256 head (Llama 3.2 1B) searched for over ten minutes;
-# with it about one (issue 25).
+# with it about one (benchmarks/RESULTS-archive.md, toolchain_scale.py at the Llama-3.2-1B shape).
 _SEARCH_MACS = 4_000_000_000
 _MIN_ROWS = 128
 _MIN_COLUMNS = 4096

@@ -1,4 +1,4 @@
-"""Issue 15's bench cases: outputs and baselines are checked before any device work; one tree-budget rule."""
+"""Bad bench input: outputs and baselines are checked before any device work; one tree-budget rule."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bench.trace import IN_GRAPH_NOTE
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.ondevice import launch as bench_launch
+from specdec.pipeline.ondevice import session as device_session
+from specdec.pipeline.settings.decode_options import DecodeOptions
 
 runner = CliRunner()
 
@@ -20,7 +21,7 @@ runner = CliRunner()
 @pytest.fixture
 def no_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the bench gets as far as opening the device."""
-    monkeypatch.setattr(bench_launch, "open_device", lambda *a, **k: pytest.fail("the device was opened"))
+    monkeypatch.setattr(device_session, "open_device", lambda *a, **k: pytest.fail("the device was opened"))
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,8 @@ def small_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
     """One short bench (no plan): its results.json serves as a baseline, its outputs are checked below."""
     prompts = tmp_path_factory.mktemp("p") / "prompts.jsonl"
     prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n')
-    return run_bench(BenchConfig(output=tmp_path_factory.mktemp("bench") / "out", prompts=prompts, max_new_tokens=6,
-                                 tune=False), bench_bundle)
+    return run_bench(BenchConfig(output=tmp_path_factory.mktemp("bench") / "out", prompts=prompts, tune=False,
+                                 decode=DecodeOptions(max_new_tokens=6)), bench_bundle)
 
 
 def test_read_only_results_directory(bench_bundle, readonly_dir: Path, no_device: None) -> None:  # type: ignore[no-untyped-def]
@@ -47,7 +48,7 @@ def test_existing_results_and_users_files(bench_bundle, small_run, tmp_path: Pat
     (tmp_path / "mine" / "notes.md").write_text("mine")
     with pytest.raises(InputError, match=r"not a specdec bundle or bench results directory \(notes.md\)"):
         run_bench(BenchConfig(output=tmp_path / "mine", force=True), bench_bundle)
-    with pytest.raises(InputError, match="overlaps the input"):
+    with pytest.raises(InputError, match="lies inside the input"):
         run_bench(BenchConfig(output=bench_bundle.path / "results"), bench_bundle)
     assert (tmp_path / "mine" / "notes.md").read_text() == "mine"
 
@@ -77,15 +78,15 @@ def test_a_baseline_of_another_setup_is_compared_with_a_warning(bench_bundle, sm
     same.write_text((small_run.output / "results.json").read_text())
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n')
-    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts, max_new_tokens=6, tune=False,
-                                    baseline=baseline, max_regression_pct=1000), bench_bundle)
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts, tune=False, baseline=baseline,
+                                    max_regression_pct=1000, decode=DecodeOptions(max_new_tokens=6)), bench_bundle)
     warning = next(w for w in outcome.results.warnings if w.startswith("baseline "))
     assert "prompts × tokens 8 × 64 (now 1 × 6)" in warning and "temperature 0.8 (now 0)" in warning
     assert "mode rrs (now greedy)" in warning and "bundle" not in warning and "device" not in warning
     assert any(g.gate.startswith("regression:") for g in outcome.gates)  # compared anyway
     assert warning in (tmp_path / "out" / "summary.md").read_text()
-    again = run_bench(BenchConfig(output=tmp_path / "out2", prompts=prompts, max_new_tokens=6, tune=False,
-                                  baseline=same, max_regression_pct=1000), bench_bundle)
+    again = run_bench(BenchConfig(output=tmp_path / "out2", prompts=prompts, tune=False, baseline=same,
+                                  max_regression_pct=1000, decode=DecodeOptions(max_new_tokens=6)), bench_bundle)
     assert not any(w.startswith("baseline ") for w in again.results.warnings)
 
 

@@ -13,9 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
+from specdec.cli.options import config_from
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.errors import DeviceError, InputError
 from specdec.pipeline.records.codec import dump
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import RuntimeKind, Transport
 
 pytestmark = pytest.mark.adb
@@ -26,7 +28,7 @@ def _config(out: Path, serial: str | None, prompts: Path, **overrides: object) -
     base: dict[str, object] = {"output": out, "device": Transport.adb, "serial": serial, "prompts": prompts,
                                "max_new_tokens": 12, "limit": 2, "python": "python3", "cooldown": False,
                                "tune": False}
-    return BenchConfig(**{**base, **overrides})  # type: ignore[arg-type]
+    return config_from(BenchConfig, {**base, **overrides})
 
 
 def _reap(root: Path) -> None:
@@ -92,8 +94,8 @@ def test_device_without_python(adb_environ, make_standin, bench_bundle, prompts_
 
 
 def test_portable_runtime_is_for_adb_devices(bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    config = BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, max_new_tokens=4, cooldown=False,
-                         runtime=RuntimeKind.portable)
+    config = BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, cooldown=False,
+                         runtime=RuntimeKind.portable, decode=DecodeOptions(max_new_tokens=4))
     with pytest.raises(InputError, match="portable runtime is for Android devices"):
         run_bench(config, bench_bundle)
     assert not (tmp_path / "out").exists()
@@ -145,3 +147,22 @@ def test_ctrl_c_cleans_up_the_device(adb_environ, make_standin, bench_bundle, pr
         _reap(device.root)
     assert not list((device.root / "data/local/tmp/specdec").glob("*")), "remote work dir left behind"
     assert not (tmp_path / "out").exists()
+
+
+def _tree(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+def test_a_bench_leaves_nothing_on_the_device(adb_environ, make_standin, bench_bundle_cpu, prompts_file,  # type: ignore[no-untyped-def]
+                                              tmp_path) -> None:
+    """Issue 45: the device's tree after a run equals the tree before it. onnxruntime keeps telemetry state
+    from its import on (`.ses` in $TMPDIR, `.cache/Microsoft/...` in $HOME): the probe and the runner run
+    with it off, the runner's HOME, TMPDIR and caches in the work dir, which goes, and its parent too."""
+    device = make_standin(python=sys.executable)
+    writable = device.root / "data"  # what the runner can write: /data/local/tmp and the rest of /data
+    before = _tree(writable)
+    result = runner.invoke(app, ["bench", str(bench_bundle_cpu.path), "--device", "adb", "--serial", device.serial,
+                                 "--prompts", str(prompts_file), "--limit", "1", "-n", "4", "--python", "python3",
+                                 "-o", str(tmp_path / "out"), "--no-cooldown", "--no-tune"])
+    assert result.exit_code == 0, result.output
+    assert _tree(writable) == before, f"left on the device: {sorted(_tree(writable) - before)}"

@@ -14,7 +14,9 @@ from specdec.pipeline.bench.gates import REGRESSION_FIGURES
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.records.results import Figures, read_results
+from specdec.pipeline.records.codec import from_dict
+from specdec.pipeline.records.results import BenchResults, Figures
+from specdec.pipeline.settings.decode_options import DecodeOptions
 
 runner = CliRunner()
 STAGE_SLICES = {"Draft_Generate", "Prune_Controller", "Target_Verify", "KV_Commit"}
@@ -25,7 +27,8 @@ def local_run(bench_bundle, tmp_path_factory):  # type: ignore[no-untyped-def]
     prompts = tmp_path_factory.mktemp("p") / "prompts.jsonl"
     prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n{"id": "b", "text": "the quick brown"}\n')
     out = tmp_path_factory.mktemp("bench") / "results"
-    outcome = run_bench(BenchConfig(output=out, prompts=prompts, max_new_tokens=20, repeats=2, tune=False),
+    outcome = run_bench(BenchConfig(output=out, prompts=prompts, repeats=2, tune=False,
+                                    decode=DecodeOptions(max_new_tokens=20)),
                         bench_bundle)
     return outcome
 
@@ -62,7 +65,7 @@ def test_memory_is_measured_per_mode_and_plotted(local_run) -> None:  # type: ig
 
 
 def test_results_json_reads_back_into_the_record(local_run) -> None:  # type: ignore[no-untyped-def]
-    results = read_results((local_run.output / "results.json").read_text())
+    results = from_dict(BenchResults, json.loads((local_run.output / "results.json").read_text()))
     assert results == local_run.results
     assert results.config.decode.tree_budget == 16 and results.config.sources["tree_budget"] == "profile local-cpu"
     assert results.config.sources["max_new_tokens"] == "options" and results.config.sources["beta_base"] == "defaults"
@@ -71,8 +74,8 @@ def test_results_json_reads_back_into_the_record(local_run) -> None:  # type: ig
 
 def test_a_tree_larger_than_the_buckets_is_clamped_with_a_note(bench_bundle, prompts_file: Path,  # type: ignore[no-untyped-def]
                                                                  tmp_path: Path) -> None:
-    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, max_new_tokens=6,
-                                    tree_budget=40), bench_bundle)
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1,
+                                    decode=DecodeOptions(max_new_tokens=6, tree_budget=40)), bench_bundle)
     assert outcome.results.config.decode.tree_budget == 16  # the largest target bucket
     assert outcome.results.config.sources["tree_budget"].startswith("buckets (clamped from 40, options")
     assert any("tree_budget 40 (options) exceeds the largest compiled bucket" in w for w in outcome.results.warnings)
@@ -150,7 +153,7 @@ def test_bench_reports_drafters_by_source(bench_bundle, copying_prompts: Path, t
                                  "-n", "24", "--drafter", "model+lookup", "--lookup-max-ngram", "4", "--no-tune",
                                  "--assert", "lossless"])
     assert result.exit_code == 0, result.output
-    results = read_results((out / "results.json").read_text())
+    results = from_dict(BenchResults, json.loads((out / "results.json").read_text()))
     decode = results.config.decode
     assert (decode.drafter.value, decode.lookup_max_ngram, results.config.sources["drafter"]) == \
         ("model+lookup", 4, "options")
@@ -173,11 +176,12 @@ def test_bench_of_a_target_only_bundle_drafts_with_lookup(pair_factory, copying_
     result = runner.invoke(app, ["export", str(target), "-o", str(tmp_path / "b"), "--no-validate"])
     assert result.exit_code == 0 and "target only" in result.output, result.output
     bundle = Bundle.load(tmp_path / "b")
-    outcome = run_bench(BenchConfig(output=tmp_path / "r", prompts=copying_prompts, max_new_tokens=16, tune=False),
+    outcome = run_bench(BenchConfig(output=tmp_path / "r", prompts=copying_prompts, tune=False,
+                                    decode=DecodeOptions(max_new_tokens=16)),
                         bundle)
     results = outcome.results
     assert results.config.decode.drafter.value == "lookup" and results.config.sources["drafter"].startswith("bundle")
-    assert any("needs a draft graph" in w for w in results.warnings)
+    assert not any("needs a draft graph" in w for w in results.warnings)  # lookup is the bundle's own default
     assert results.lossless.equal and results.details.by_source["model"].proposed == 0
     assert "cost_ratio_r" in results.unavailable
     summary = (tmp_path / "r" / "summary.md").read_text()

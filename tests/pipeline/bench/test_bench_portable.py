@@ -29,6 +29,7 @@ from specdec.pipeline.errors import DeviceError
 from specdec.pipeline.portable import remote
 from specdec.pipeline.portable.archive import RuntimeArchive
 from specdec.pipeline.portable.probe import run_probe
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import Transport
 
 pytestmark = [pytest.mark.adb, pytest.mark.slow]
@@ -110,7 +111,7 @@ def test_ctrl_c_and_device_loss_keep_the_runtime(arm_phone: tuple[StandinDevice,
                                                  prompts_file: Path, adb_environ: AdbServer, tmp_path: Path) -> None:
     device, archive = arm_phone
     config = BenchConfig(output=tmp_path / "out", device=Transport.adb, serial=device.serial, prompts=prompts_file,
-                         limit=2, max_new_tokens=16, cooldown=False, tune=False)
+                         limit=2, cooldown=False, tune=False, decode=DecodeOptions(max_new_tokens=16))
 
     def interrupt(event: dict[str, object]) -> None:
         if event.get("type") == "reply":

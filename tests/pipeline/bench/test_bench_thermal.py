@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import Transport
 
 pytestmark = pytest.mark.adb
@@ -58,8 +59,8 @@ def test_thermal_transitions_are_recorded(adb_environ, make_standin, bench_bundl
     heat = HeatSchedule(device, {2: 65000, 14: 35000})
     heat.start()
     config = BenchConfig(output=tmp_path / "out", device=Transport.adb, serial=device.serial, profile=str(profile),
-                         prompts=prompts_file, limit=3, repeats=6, max_new_tokens=96, python="python3",
-                         controllers=("thermal", "fallback"), tune=False)
+                         prompts=prompts_file, limit=3, repeats=6, python="python3",
+                         controllers=("thermal", "fallback"), tune=False, decode=DecodeOptions(max_new_tokens=96))
     try:
         outcome = run_bench(config, bench_bundle)
     finally:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.bench import BenchConfig, run_bench
-from specdec.pipeline.ondevice.payload import bundle_files
+from specdec.pipeline.settings.decode_options import DecodeOptions
 
 # The onnx cases are the bench fixtures' own bundles; the others are compiled as small as they can be.
 SETTINGS = {"cpu": {"max_context": 128},
@@ -26,10 +26,10 @@ def test_every_flavour_and_format_benches(compiled_factory, prompts_file: Path, 
                                           flavour: str, output_format: str) -> None:
     settings = ONNX_SETTINGS[flavour] if output_format == "onnx" else SETTINGS[flavour]
     bundle = compiled_factory(flavour, output_format, **settings)
-    shipped = bundle_files(bundle)
+    shipped = bundle.runner_files()
     assert all(f.endswith(".ort") for f in shipped if f.endswith((".onnx", ".ort"))) == (output_format != "onnx")
-    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, max_new_tokens=4,
-                                    tune=False, cooldown=False, controllers=()), bundle)
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=1, tune=False,
+                                    cooldown=False, controllers=(), decode=DecodeOptions(max_new_tokens=4)), bundle)
     results = outcome.results
     assert not results.partial and results.lossless.checked and results.lossless.equal
     assert results.figures.tokens_per_s is not None and results.figures.plain_tokens_per_s is not None

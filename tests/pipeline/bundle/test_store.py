@@ -114,9 +114,9 @@ def test_failure_keeps_previous_output(tmp_path: Path) -> None:
 
 def test_output_inside_input_is_refused(tmp_path: Path) -> None:
     _write(tmp_path / "b")
-    with pytest.raises(InputError, match="overlaps"):
+    with pytest.raises(InputError, match="lies inside the input"):
         BundleWriter(tmp_path / "b" / "sub", sources=(tmp_path / "b",))
-    with pytest.raises(InputError, match="overlaps"):
+    with pytest.raises(InputError, match="is the input"):
         BundleWriter(tmp_path / "b", force=True, sources=(tmp_path / "b",))
 
 
@@ -133,7 +133,7 @@ def test_copy_from_copies_not_links(tmp_path: Path) -> None:
 
 def test_manifest_errors_read_alike_on_host_and_device(tmp_path: Path) -> None:
     """One reader (records.manifest.read_manifest): the host's loader and the device runtime word errors alike."""
-    from specdec.pipeline.engine.manifest import read_bundle
+    from specdec.pipeline.engine.bundle_info import read_bundle
 
     _write(tmp_path / "b")
     manifest = tmp_path / "b" / "manifest.json"
@@ -159,7 +159,7 @@ def test_manifest_round_trips_byte_for_byte(tmp_path: Path) -> None:
 
 
 def test_typed_sections_are_validated_alike_on_host_and_device(tmp_path: Path) -> None:
-    from specdec.pipeline.engine.manifest import read_bundle
+    from specdec.pipeline.engine.bundle_info import read_bundle
 
     _write(tmp_path / "b")
     raw = json.loads((tmp_path / "b" / "manifest.json").read_text())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
-from specdec.pipeline.chain.stage import load_config, run_pipeline
+from specdec.pipeline.chain.stage import demo_config_file, load_config, run_pipeline
 from specdec.pipeline.errors import InputError
 
 runner = CliRunner()
@@ -59,9 +60,38 @@ def test_bad_pipeline_configs(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "quantize.method" in result.output
 
 
-def test_default_is_the_demo_pair() -> None:
+def test_default_is_the_demo_file() -> None:
+    """No file: the demo's own pipeline file, SmolLM2 with prompt lookup on its chat requests, into ./specdec-out."""
     config = load_config(None)
     assert config.target == "demo" and config.bench.device.value == "local"
+    assert config.output == Path("specdec-out") and config.export.output == Path("specdec-out/01-export")
+    assert config.export.target_only and config.export.sources() == {"target": "demo"}
+    assert config.bench.decode.drafter is not None and config.bench.decode.drafter.value == "lookup"
+    assert config.quantize.weight_format.value == "w8a8"
+    assert config.bench.prompts == demo_config_file().parent / "prompts.jsonl" and config.bench.prompts.is_file()
+    assert load_config(None, output=Path("elsewhere")).output == Path("elsewhere")
+
+
+def test_the_demo_prompts_are_chat_requests() -> None:
+    from specdec.pipeline.inputs.prompts import load_prompts
+
+    items = load_prompts(demo_config_file().parent / "prompts.jsonl")
+    assert 30 <= len(items) <= 40 and len({item.id for item in items}) == len(items)
+    assert all(item.messages is not None and [m["role"] for m in item.messages] == ["user"] for item in items)
+    measured = {item.scenario for item in items[:8]}  # what the demo benches (bench.limit 8)
+    assert {"knowledge", "chat", "code"} <= measured
+
+
+def test_draft_lookup_exports_the_target_alone_and_benches_with_lookup(tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("target: some/model\ndraft: lookup\nbench: {prompts: chats.jsonl, limit: 2}\n")
+    config = load_config(path)
+    assert config.export.no_draft and config.export.target_only and config.draft is None
+    assert config.bench.decode.drafter is not None and config.bench.decode.drafter.value == "lookup"
+    assert config.bench.prompts == tmp_path / "chats.jsonl"  # relative to the file
+    path.write_text("target: some/model\ndraft: lookup\nbench: {drafter: model}\n")
+    with pytest.raises(InputError, match="bench.drafter.*model needs a draft model, and `draft: lookup` exports none"):
+        load_config(path)
 
 
 def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> None:
@@ -69,8 +99,8 @@ def test_drafter_settings_and_a_target_only_export_from_yaml(tmp_path: Path) -> 
     path.write_text("export: {no_draft: true}\nbench: {drafter: model+lookup, lookup_max_ngram: 4}\n")
     config = load_config(path)
     assert config.export.target_only and config.export.sources() == {"target": "demo"}
-    assert config.bench.drafter is not None and config.bench.drafter.value == "model+lookup"
-    assert config.bench.lookup_max_ngram == 4
+    assert config.bench.decode.drafter is not None and config.bench.decode.drafter.value == "model+lookup"
+    assert config.bench.decode.lookup_max_ngram == 4
     path.write_text("bench: {drafter: ngram}\n")
     with pytest.raises(InputError, match="bench.drafter"):
         load_config(path)
@@ -90,3 +120,46 @@ def test_draft_from_target_section(tmp_path: Path) -> None:
         path.write_text(f"target: demo\ndraft: {bad}\n")
         with pytest.raises(InputError, match=where):
             load_config(path)
+
+
+class _Built(Exception):
+    """Stops a command once it has built its config."""
+
+
+@pytest.mark.parametrize(("flags", "section"), [
+    ([], {}),
+    (["--method", "rtn", "--calib-samples", "4", "--graphs", "draft,target", "--seed", "3"],
+     {"method": "rtn", "calib_samples": 4, "graphs": ["target", "draft"], "seed": 3}),
+    (["--format", "nbits,w8a8", "--mix", "mlp=w8a8"], None),
+    (["--format", "nbits,w8a8,mixed", "--mix", "mlp=w8a8", "--group-size", "32"],
+     {"format": "nbits", "also_formats": ["w8a8", "mixed"], "mix": {"mlp": "w8a8"}, "group_size": 32}),
+    (["--profile", "pixel-8"], {}),
+])
+def test_quantize_flags_and_the_pipeline_section_make_the_same_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      flags: list[str], section: dict | None) -> None:  # type: ignore[type-arg]
+    """The profile's default format lives in QuantizeConfig: `specdec quantize` and a pipeline's quantize
+    section with the same settings (and the same profile) quantize alike."""
+    from specdec.cli import quantize_cmd
+
+    built = []
+
+    def capture(config, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(config)
+        raise _Built
+
+    monkeypatch.setattr(quantize_cmd, "quantize_bundle", capture)
+    monkeypatch.setattr(quantize_cmd.Bundle, "load", staticmethod(lambda path: None))
+    result = runner.invoke(app, ["quantize", "b", "-o", str(tmp_path / "q"), "--draft-method", "rtn", *flags])
+    if section is None:  # --mix without mixed among the formats: refused by the config, as in YAML
+        assert result.exit_code == 2 and "--mix applies to the mixed format" in result.output
+        return
+    assert isinstance(result.exception, _Built), result.output
+    profile = flags[flags.index("--profile") + 1] if "--profile" in flags else None
+    yaml = tmp_path / "pipeline.yaml"
+    yaml.write_text(json.dumps({**({"profile": profile} if profile else {}),
+                                "quantize": {**section, "draft_method": "rtn"}}))
+    piped = load_config(yaml).quantize
+    from_flags = built[0]
+    assert dataclasses.replace(from_flags, output=piped.output, force=True) == piped
+    assert from_flags.weight_format is piped.weight_format
+    assert from_flags.record() == piped.record()

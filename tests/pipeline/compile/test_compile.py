@@ -55,14 +55,14 @@ def test_every_variant_is_static_and_loads(bundles) -> None:  # type: ignore[no-
             past = next(t for t in variant["inputs"] if t["name"] == "past_key_values.0.key")
             mask = next(t for t in variant["inputs"] if t["name"] == "attention_mask")
             assert past["shape"][2] == variant["context"] and mask["shape"][3] == variant["context"] + variant["q"]
-    readiness = compiled.manifest.reports["compile"]["readiness"]
+    readiness = dump(compiled.manifest.reports)["compile"]["readiness"]
     assert all(not r["dynamic_dims"] for r in readiness.values())
     assert readiness["target_q8_c32"]["providers"]["NNAPI"]["nodes"] > 0
     assert "not checked here" in readiness["target_q8_c32"]["providers"]["XNNPACK"]["status"]
 
 
 def test_float_variants_keep_the_strict_check(bundles) -> None:  # type: ignore[no-untyped-def]
-    report = bundles["compiled"].manifest.reports["compile"]
+    report = dump(bundles["compiled"].manifest.reports)["compile"]
     assert "validation" not in report  # no int8 rounding: no padded-graph term in the tolerance
     assert max(report["max_abs_diff"].values()) <= 1e-5
 
@@ -71,7 +71,7 @@ def test_onnx_variants_share_one_weights_file_per_role(bundles) -> None:  # type
     compiled: Bundle = bundles["compiled"]
     table = compiled.manifest.buckets
     assert table is not None and table.weights == {"target": "buckets/target.weights", "draft": "buckets/draft.weights"}
-    sizes = compiled.manifest.reports["compile"]["sizes"]
+    sizes = dump(compiled.manifest.reports)["compile"]["sizes"]
     for role, data in table.weights.items():
         shared = (compiled.path / data).stat().st_size
         assert shared == sizes[role]["shared_weights_bytes"]
@@ -86,14 +86,14 @@ def test_onnx_variants_share_one_weights_file_per_role(bundles) -> None:  # type
             assert locations == {Path(data).name}, variant.file
             assert (compiled.path / variant.file).stat().st_size < shared / 4  # the graph alone
     # ORT format cannot reference the shared file: each .ort holds the weights, and compile says so
-    assert any("ORT format cannot reference" in note for note in compiled.manifest.reports["compile"]["notes"])
+    assert any("ORT format cannot reference" in note for note in dump(compiled.manifest.reports)["compile"]["notes"])
     ort_file = compiled.path / table.graphs["target"][0].ort_file  # type: ignore[operator]
     assert ort_file.stat().st_size > 0.9 * (compiled.path / table.weights["target"]).stat().st_size
     # a runtime runs from the .ort files here, so it needs no weights file; an onnx bundle does
     assert not any(f.endswith(".weights") for f in table.files())
     plain = bundles["plain"].manifest.buckets
     assert {"buckets/target.weights", "buckets/draft.weights"} <= set(plain.files())
-    assert bundles["plain"].manifest.reports["compile"]["notes"] == []
+    assert dump(bundles["plain"].manifest.reports)["compile"]["notes"] == []
 
 
 def test_custom_op_functions_survive_compile(bundles) -> None:  # type: ignore[no-untyped-def]
@@ -106,7 +106,7 @@ def test_custom_op_functions_survive_compile(bundles) -> None:  # type: ignore[n
 
 
 def test_buckets_match_the_dynamic_graph(bundles) -> None:  # type: ignore[no-untyped-def]
-    diffs = bundles["compiled"].manifest.reports["compile"]["max_abs_diff"]
+    diffs = dump(bundles["compiled"].manifest.reports)["compile"]["max_abs_diff"]
     assert diffs and max(diffs.values()) <= 1e-5
 
 
@@ -213,7 +213,7 @@ def test_schema_2_bundles_run_on_one_context_bucket(bundles, tmp_path: Path) -> 
 
 def test_context_limits(bundles) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundles["compiled"].path)
-    with pytest.raises(GenerationError, match="context is 96"):
+    with pytest.raises(InputError, match="context is 96"):
         engine.generate([5] * 100, DecodeConfig())
     reply = engine.generate([5] * 80, DecodeConfig(max_new_tokens=50))
     assert reply.stop_reason == "max_context"
@@ -224,7 +224,8 @@ def test_context_limits(bundles) -> None:  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("overrides,message", [
     ({"buckets": (8, 4)}, "increasing"),
     ({"buckets": (0, 4)}, "at least 1"),
-    ({"max_context": 12, "buckets": (4, 8, 16)}, "not larger than the largest bucket"),
+    ({"max_context": 24, "buckets": (4, 8, 32)}, "not larger than the largest bucket"),
+    ({"max_context": 12}, "max_context 12 is too small: a compiled bundle holds at least 20 positions"),
     ({"max_context": 4096}, "exceeds the target's 512 positions"),
     ({"context_buckets": (64, 32)}, "context_buckets must be increasing"),
     ({"context_buckets": (0, 32)}, "at least 1"),
@@ -280,7 +281,7 @@ def test_ort_format_drops_the_onnx_side_and_its_weights(bundles, tmp_path: Path)
     assert table.files() and all(f.endswith(".ort") for f in table.files())
     left = {path.suffix for path in (compiled.path / "buckets").iterdir()}
     assert ".onnx" not in left and ".weights" not in left
-    assert any("ORT format cannot reference" in note for note in compiled.manifest.reports["compile"]["notes"])
+    assert any("ORT format cannot reference" in note for note in dump(compiled.manifest.reports)["compile"]["notes"])
     reply = Engine(compiled.path).generate([5, 6, 7], DecodeConfig(max_new_tokens=20))
     expected = Engine(bundles["exported"].path).generate([5, 6, 7], DecodeConfig(max_new_tokens=20))
     assert reply.output_ids == expected.output_ids

@@ -32,7 +32,8 @@ def test_compiled_feature_bundles_decode_exactly(feature_stages, stages: tuple[s
     assert {"logits", "hidden_states", "next_token"} <= set(_io_names(fused["target"].outputs))
     assert "hidden_states" in _io_names(fused["draft"].inputs)
     assert {"hidden_out", "cand_ids"} <= set(_io_names(fused["draft"].outputs))
-    assert set(bundle.manifest.reports["compile"]["max_abs_diff"]) == {"target", "draft"}
+    compiled = bundle.manifest.reports.compile
+    assert compiled is not None and set(compiled.max_abs_diff) == {"target", "draft"}
     engine = Engine(bundle.path)
     assert isinstance(engine.target, FusedRunner) and engine.drafter is not None
     assert isinstance(engine.drafter.runner, FusedRunner) and engine.drafter.needs_features
@@ -60,7 +61,8 @@ def test_input_norms_fuse(feature_factory, tmp_path: Path) -> None:  # type: ign
     """A feature draft with RMS norms on its inputs: the fused draft matches its dynamic graph (compile validates)."""
     bundle = compile_bundle(CompileConfig(output=tmp_path / "b", target=GraphFlavour.cpu, format=OutputFormat.onnx,
                                           max_context=64), feature_factory(input_norms=True))
-    assert bundle.manifest.reports["compile"]["max_abs_diff"]["draft"] < 1e-5
+    compiled = bundle.manifest.reports.compile
+    assert compiled is not None and compiled.max_abs_diff["draft"] < 1e-5
     ops = bundle.manifest.buckets.fused["draft"].ops
     assert ops["SimplifiedLayerNormalization"] >= 2 and ops["Concat"] >= 1
 
@@ -69,3 +71,37 @@ def test_the_npu_flavour_refuses_feature_drafts(feature_stages, tmp_path: Path) 
     with pytest.raises(UnsupportedModelError, match="cannot run a feature draft yet.*--target cpu"):
         compile_bundle(CompileConfig(output=tmp_path / "b", target=GraphFlavour.npu), feature_stages(("surgery",)))
     assert not (tmp_path / "b").exists()
+
+
+def _external(path: Path) -> set[tuple[str, str, str]]:
+    """(file, offset, length) of each initializer the graph at `path` keeps in external data."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    places = ({entry.key: entry.value for entry in tensor.external_data} for tensor in model.graph.initializer
+              if tensor.data_location == onnx.TensorProto.EXTERNAL)
+    return {(place["location"], place.get("offset", "0"), place["length"]) for place in places}
+
+
+def test_the_fused_target_and_feature_draft_store_what_they_share_once(feature_stages, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The draft reads the target's embedding table: one copy in cpu/shared.weights, which both graphs reference
+    (ONNX files by default, since ORT format cannot reference external data; an .ort of each says so)."""
+    source = feature_stages(("surgery",))
+    bundle = compile_bundle(CompileConfig(output=tmp_path / "b", target=GraphFlavour.cpu, max_context=128), source)
+    table = bundle.manifest.buckets
+    assert table is not None and table.format is OutputFormat.onnx
+    assert table.weights == {"target": "cpu/shared.weights", "draft": "cpu/shared.weights"}
+    assert "cpu/shared.weights" in bundle.runner_files()
+    target, draft = (_external(bundle.path / table.fused[role].file) for role in ("target", "draft"))
+    spec = source.manifest.graphs["target"]
+    embedding_bytes = str(spec.vocab_size * bundle.manifest.draft_spec.hidden_size * 4)  # type: ignore[operator]
+    assert any(length == embedding_bytes for _, _, length in target & draft)
+    engine, prompt = Engine(bundle.path), [5, 6, 7]
+    assert engine.generate(prompt, DecodeConfig(max_new_tokens=12)).output_ids == \
+        engine.generate(prompt, DecodeConfig(max_new_tokens=12, speculative=False)).output_ids
+    ort = compile_bundle(CompileConfig(output=tmp_path / "ort", target=GraphFlavour.cpu, max_context=128,
+                                       format=OutputFormat.ort), source)
+    assert ort.manifest.buckets is not None and not ort.manifest.buckets.weights
+    assert not (ort.path / "cpu" / "shared.weights").exists()
+    report = ort.manifest.reports.compile
+    assert report is not None and any("each .ort file holds its own copy" in note for note in report.notes)

@@ -25,7 +25,8 @@ from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 
 @pytest.fixture(scope="module")
 def w8a8_weights(bundle_factory, tmp_path_factory) -> DecoderWeights:  # type: ignore[no-untyped-def]
-    bundle = quantize_bundle(QuantizeConfig(output=tmp_path_factory.mktemp("w8a8") / "q", format="w8a8", **SMALL),
+    bundle = quantize_bundle(QuantizeConfig.from_text(output=tmp_path_factory.mktemp("w8a8") / "q", format="w8a8",
+                                                      **SMALL),
                              bundle_factory("llama"))
     spec = bundle.manifest.graphs["target"]
     return read_decoder(load_graph(bundle.path / spec.file), num_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,

@@ -13,14 +13,16 @@ from support.lockstep import Lockstep
 
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.fused import FusedRunner
 from specdec.pipeline.engine.fused_kv import ROUND_ROWS
-from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.engine.runner import DynamicRunner
-from specdec.pipeline.errors import GenerationError, InputError
+from specdec.pipeline.errors import InputError
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVDtype, KVPolicy
+from specdec.pipeline.settings.decode_options import DecodeOptions
 
 CONTEXT = 64
 SINKS, WINDOW = 2, 12
@@ -41,7 +43,7 @@ def test_the_policy_is_recorded_and_bounds_the_buffers(windowed: Bundle) -> None
     table = windowed.manifest.buckets
     assert table is not None and table.kv_policy == KVPolicy(KVCache.window, sinks=SINKS, window=WINDOW)
     assert table.kv_policy.lossy and windowed.manifest.lineage[-1].config["kv_window"] == WINDOW
-    quality = windowed.manifest.reports["compile"]["kv_quality"]  # measured against the full cache
+    quality = dump(windowed.manifest.reports)["compile"]["kv_quality"]  # measured against the full cache
     assert quality["tokens"] >= CONTEXT - 1 and quality["positions_past_reach"] > 0
     assert 0 <= quality["mismatch_rate"] <= quality["mismatch_rate_past_reach"] <= 1
     assert quality["perplexity_full"] > 1 and quality["perplexity_policy"] > 1
@@ -103,7 +105,7 @@ def test_full_cache_still_stops_at_the_context(bench_bundle_cpu: Bundle) -> None
     engine.eos = set()
     reply = engine.generate([5, 6, 7], DecodeConfig(max_new_tokens=400, speculative=False))
     assert reply.stop_reason == "max_context" and len(reply.output_ids) < 128
-    with pytest.raises(GenerationError, match="context"):
+    with pytest.raises(InputError, match="context"):
         engine.generate(list(range(1, 200)), DecodeConfig(max_new_tokens=4))
 
 
@@ -145,8 +147,8 @@ def test_bench_decodes_past_the_context_under_the_window(windowed: Bundle, tmp_p
 
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"id": "a", "input_ids": [5, 6, 7]}\n{"id": "b", "input_ids": [9, 10, 11, 12]}\n')
-    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts, max_new_tokens=3 * CONTEXT,
-                                    repeats=1, tune=False), windowed)
+    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts, repeats=1, tune=False,
+                                    decode=DecodeOptions(max_new_tokens=3 * CONTEXT)), windowed)
     results = outcome.results
     assert results.lossless.checked and results.lossless.equal
     memory = results.memory
@@ -168,7 +170,7 @@ def test_int8_rows_are_a_quarter_of_the_bytes_and_speculation_stays_exact(int8: 
     table = int8.manifest.buckets
     assert table is not None and table.kv_policy.quantized and table.kv_policy.lossy
     assert not list((int8.path / "cpu").glob("*float*"))  # the float graph it was calibrated on is gone
-    quality = int8.manifest.reports["compile"]["kv_quality"]
+    quality = dump(int8.manifest.reports)["compile"]["kv_quality"]
     assert quality["policy"] == "full int8" and 0 <= quality["mismatch_rate"] <= 1
     assert abs(quality["perplexity_delta"]) < 0.5 * quality["perplexity_full"]  # close to the float cache
     engine, float_engine = Engine(int8.path), Engine(bench_bundle_cpu.path)
@@ -209,7 +211,7 @@ def test_float16_rows_are_half_the_bytes_and_speculation_stays_exact(half: Bundl
     table = half.manifest.buckets
     assert table is not None and table.kv_policy.dtype is KVDtype.float16 and table.kv_policy.lossy
     assert half.manifest.lineage[-1].config["kv_dtype"] == "float16"
-    quality = half.manifest.reports["compile"]["kv_quality"]
+    quality = dump(half.manifest.reports)["compile"]["kv_quality"]
     assert quality["policy"] == "full float16" and 0 <= quality["mismatch_rate"] <= 1
     assert abs(quality["perplexity_delta"]) < 0.1 * quality["perplexity_full"]
     engine, float_engine = Engine(half.path), Engine(bench_bundle_cpu.path)

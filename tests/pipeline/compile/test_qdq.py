@@ -24,6 +24,7 @@ from specdec.pipeline.engine.static import StaticRunner
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.graphs import int8_matmul
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 
 NPU = {"target": GraphFlavour.npu, "buckets": (4, 8), "draft_buckets": (1, 4), "max_context": 96,
@@ -33,7 +34,7 @@ NPU = {"target": GraphFlavour.npu, "buckets": (4, 8), "draft_buckets": (1, 4), "
 @pytest.fixture(scope="module")
 def compiled(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("qdq")
-    w8a8 = quantize_bundle(QuantizeConfig(output=root / "q", format="w8a8", **SMALL), bundle_factory("llama"))
+    w8a8 = quantize_bundle(QuantizeConfig.from_text(output=root / "q", format="w8a8", **SMALL), bundle_factory("llama"))
     static = compile_bundle(CompileConfig(output=root / "npu", activations=Activations.static_qdq, **NPU), w8a8)  # type: ignore[arg-type]
     return w8a8, static
 
@@ -87,7 +88,7 @@ def test_variants_carry_qdq_and_no_dynamic_quantization(compiled) -> None:  # ty
 
 def test_lossy_error_is_measured_and_the_tolerance_recorded(compiled) -> None:  # type: ignore[no-untyped-def]
     _, static = compiled
-    report = static.manifest.reports["compile"]
+    report = dump(static.manifest.reports)["compile"]
     qdq_report = report["activations"]
     assert qdq_report["mode"] == "static-qdq" and qdq_report["lossy_vs"] == "dynamic w8a8"
     for graph in qdq_report["graphs"].values():
@@ -102,7 +103,7 @@ def test_lossy_error_is_measured_and_the_tolerance_recorded(compiled) -> None:  
 
 def test_readiness_compares_the_matmulinteger_form(compiled) -> None:  # type: ignore[no-untyped-def]
     _, static = compiled
-    report = static.manifest.reports["compile"]
+    report = dump(static.manifest.reports)["compile"]
     before = report["activations"]["readiness_matmulinteger"]
     assert set(before) == {"target_q1_c48", "draft_q1_c48"}
     for name, was in before.items():
@@ -118,7 +119,7 @@ def test_readiness_compares_the_matmulinteger_form(compiled) -> None:  # type: i
 
 def test_row_invariant_and_speculation_equals_plain(compiled) -> None:  # type: ignore[no-untyped-def]
     _, static = compiled
-    graphs = static.manifest.reports["compile"]["activations"]["graphs"]
+    graphs = dump(static.manifest.reports)["compile"]["activations"]["graphs"]
     assert graphs["target"]["invariance"] == {"single_row": True, "chain": True, "tree": True, "max_tree_diff": 0.0}
     engine = Engine(static.path)
     assert isinstance(engine.target, StaticRunner)
@@ -159,11 +160,11 @@ def test_cli_compiles_static_qdq_and_says_it_is_lossy(compiled, tmp_path: Path) 
 
 def test_int8_variants_add_what_the_padded_dynamic_graph_moves(compiled, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Default (MatMulInteger) form: each variant's tolerance adds the dynamic graph's own difference over the
-    variant's padded buffer, measured on the same inputs (issue 25: 0.097 at the 1.24B shape, context 512)."""
+    variant's padded buffer, measured on the same inputs (0.097 at the 1.24B shape, context 512)."""
     w8a8, _ = compiled
     grid = {**NPU, "buckets": (4,), "draft_buckets": (1,), "context_buckets": (96,)}
     npu = compile_bundle(CompileConfig(output=tmp_path / "npu", **grid), w8a8)  # type: ignore[arg-type]
-    report = npu.manifest.reports["compile"]
+    report = dump(npu.manifest.reports)["compile"]
     assert "activations" not in report and set(report["validation"]) == set(report["max_abs_diff"])
     for name, check in report["validation"].items():
         assert check["format_error"] is None and 0 <= check["padding_error"] < 0.05, (name, check)

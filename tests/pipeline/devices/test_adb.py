@@ -67,14 +67,7 @@ def test_push_verifies_and_pull_round_trips(adb_device: tuple[AdbDevice, Standin
     (payload / "new.txt").write_text("new\n")
     device.push(payload, f"{WORK}/bundle")
     assert _tree(host_path(dev, f"{WORK}/bundle")) == _tree(payload)
-    device.pull(f"{WORK}/bundle", tmp_path / "back")
-    assert _tree(tmp_path / "back") == _tree(payload)
-    device.pull(f"{WORK}/bundle", tmp_path / "back")  # into an existing dir: merged, not nested
-    assert _tree(tmp_path / "back") == _tree(payload)
-    device.pull(f"{WORK}/single/a.txt", tmp_path / "a.txt")
-    assert (tmp_path / "a.txt").read_text() == "alpha\n"
-    with pytest.raises(DeviceError, match="does not exist"):
-        device.pull(f"{WORK}/nope", tmp_path / "nope")
+    assert device.read_text(f"{WORK}/single/a.txt") == "alpha\n"
 
 
 def test_push_hash_mismatch_names_the_file(adb_device: tuple[AdbDevice, StandinDevice], payload: Path,
@@ -107,7 +100,7 @@ def test_push_missing_file_on_device_is_reported(adb_device: tuple[AdbDevice, St
         device.push(payload, f"{WORK}/bundle")
 
 
-def test_background_job_poll_pull_remove(adb_device: tuple[AdbDevice, StandinDevice], tmp_path: Path) -> None:
+def test_background_job_poll_read_remove(adb_device: tuple[AdbDevice, StandinDevice], tmp_path: Path) -> None:
     device, dev = adb_device
     job = device.start_background(f"echo working; sleep 0.5; echo 42 > {WORK}/result.txt; exit 7",
                                   cwd=WORK, name="bench", timeout_s=30)
@@ -116,8 +109,7 @@ def test_background_job_poll_pull_remove(adb_device: tuple[AdbDevice, StandinDev
     assert device.wait_job(job, timeout_s=15, poll_s=0.1) == 7
     assert not device.job_running(job)
     assert device.read_text(job.log_file) == "working\n"
-    device.pull(f"{WORK}/result.txt", tmp_path / "result.txt")
-    assert (tmp_path / "result.txt").read_text() == "42\n"
+    assert device.read_text(f"{WORK}/result.txt") == "42\n"
     device.remove(WORK)
     assert not host_path(dev, WORK).exists()
     device.remove(WORK)  # a missing path is fine

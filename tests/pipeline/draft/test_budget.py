@@ -12,7 +12,7 @@ import torch
 from specdec.pipeline.draft import DraftConfig, budget, make_draft, pruning
 from specdec.pipeline.draft.pruning import Geometry
 
-# Qwen2.5-0.5B's shape (the target of issue 27)
+# Qwen2.5-0.5B's shape (a target `specdec draft` is sized for)
 QWEN_05B = Geometry(layers=24, heads=14, kv_heads=2, head_dim=64, hidden=896, intermediate=4864, vocab=151936)
 # about what the 0.5B shape's 8-row chunk of 128 tokens implies on the loaded 2-core VM (3m10s)
 SLOW = budget.StepCost(fixed_s=0.6, token_s=0.05)

@@ -17,6 +17,7 @@ from transformers import AutoModelForCausalLM
 from specdec.pipeline.draft import DraftConfig, make_draft
 from specdec.pipeline.draft.stage import state_path
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.records.codec import dump
 
 # one thread: the same numbers whatever the load, and far faster on a busy machine; a checkpoint every step
 SMALL = {"samples": 16, "seq": 32, "batch": 4, "threads": 1, "checkpoint_minutes": 1e-9}
@@ -100,11 +101,10 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
     from specdec.pipeline.bundle.store import Bundle
     from specdec.pipeline.export import ExportConfig, export_bundle
     from specdec.pipeline.graphs.files import SHARED_DATA
-    from specdec.pipeline.ondevice.payload import bundle_files
 
     bundle = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "bundle"))
     assert bundle.manifest.graphs["draft"].num_layers == 2 and bundle.manifest.graphs["draft"].num_kv_heads == 1
-    shared = bundle.manifest.reports["export"]["shared"]
+    shared = dump(bundle.manifest.reports)["export"]["shared"]
     # embedding and head (the final norm, 256 bytes at this width, stays inline like every small tensor)
     assert shared["file"] == SHARED_DATA and shared["tensors"] == 2
     assert shared["saved_bytes"] == shared["bytes"] >= 2 * 320 * 64 * 4
@@ -113,10 +113,10 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
         external = [t.name for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
         assert len(external) == shared["tensors"], role
         ort.InferenceSession(str(bundle.path / f"{role}.onnx"))  # resolves shared.data next to the graph
-    assert SHARED_DATA in bundle_files(Bundle.load(bundle.path))  # pushed to the device with the graphs
+    assert SHARED_DATA in Bundle.load(bundle.path).runner_files()  # pushed to the device with the graphs
     unshared = export_bundle(ExportConfig(target=str(target), draft=str(made), output=tmp_path / "unshared",
                                           validate=False, share_tensors=False))
-    assert "shared" not in unshared.manifest.reports["export"] and not (unshared.path / SHARED_DATA).exists()
+    assert "shared" not in dump(unshared.manifest.reports)["export"] and not (unshared.path / SHARED_DATA).exists()
     assert unshared.manifest.lineage[-1].config["share_tensors"] is False
     from typer.testing import CliRunner
 
@@ -131,8 +131,35 @@ def test_export_accepts_the_draft_and_stores_shared_tensors_once(target: Path, m
 
     surgered = surgery_bundle(SurgeryConfig(output=tmp_path / "surgered"), Bundle.load(bundle.path))
     assert SHARED_DATA in surgered.manifest.files
-    quantized = quantize_bundle(QuantizeConfig(output=tmp_path / "quantized", method="rtn", calib_samples=2,
+    quantized = quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "quantized", format="nbits", method="rtn",
+                                                         calib_samples=2,
                                                calib_seq_len=16, eval_prompts=1, eval_new_tokens=4), surgered)
     assert SHARED_DATA not in quantized.manifest.files and not (quantized.path / SHARED_DATA).exists()
     shown = CliRunner().invoke(app, ["inspect", str(quantized.path)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "each with its own copy" in shown.output
+
+
+def test_a_draft_from_a_gguf_target_is_a_plain_float_checkpoint(tmp_path: Path) -> None:
+    """A GGUF target loads through transformers' GGUF loader; the draft saved from it carries no GGUF record."""
+    from gguf import GGMLQuantizationType
+    from support.tiny_gguf import write_llama
+
+    path = write_llama(tmp_path / "target.gguf", GGMLQuantizationType.Q8_0)
+    out = tmp_path / "draft"
+    result = make_draft(DraftConfig(target=str(path), output=out, layers=1, steps=2, **SMALL))  # type: ignore[arg-type]
+    assert "quantization_config" not in (out / "config.json").read_text()
+    assert result.report["target"] == str(path)
+    target = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32)
+    draft = AutoModelForCausalLM.from_pretrained(str(out), dtype=torch.float32)
+    assert draft.config.num_hidden_layers == 1
+    assert torch.equal(draft.model.embed_tokens.weight, target.model.embed_tokens.weight)  # shared, bit for bit
+    assert (out / "tokenizer.json").is_file()
+
+
+def test_user_text_is_read_by_the_calibration_reader(target: Path, tmp_path: Path) -> None:
+    """--calib goes through inputs/calibration.read_tokens: the same formats and minimum as quantize's."""
+    short = tmp_path / "short.txt"
+    short.write_text("a few words")
+    with pytest.raises(InputError, match=r"calib file '.*short.txt' has only \d+ tokens \(at least 32 needed\)"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", layers=2, steps=1, calib=short, **SMALL))  # type: ignore[arg-type]
+    assert not (tmp_path / "d").exists()

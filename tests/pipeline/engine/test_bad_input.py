@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.engine.engine import Engine
-from specdec.pipeline.errors import BundleError, GenerationError, InputError
+from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.generate.stage import Generator
 from specdec.pipeline.inputs.prompts import PromptItem, load_prompts
 from specdec.pipeline.records.decode import DecodeConfig
@@ -17,7 +17,7 @@ from specdec.pipeline.records.decode import DecodeConfig
 
 def test_empty_prompt(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
-    with pytest.raises(GenerationError, match="prompt is empty"):
+    with pytest.raises(InputError, match="prompt is empty"):
         engine.generate([], DecodeConfig())
     with pytest.raises(InputError, match="prompt 'x' is empty"):  # before decoding: bad input (exit 2)
         Generator(bundle_factory("llama")).prepare([PromptItem("x", text="")], DecodeConfig(), truncate=False)
@@ -26,7 +26,7 @@ def test_empty_prompt(bundle_factory) -> None:  # type: ignore[no-untyped-def]
 def test_prompt_longer_than_context(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     bundle = bundle_factory("llama")
     engine = Engine(bundle.path)
-    with pytest.raises(GenerationError, match="context is 512.*--truncate"):
+    with pytest.raises(InputError, match="context is 512.*--truncate"):
         engine.generate([5] * 600, DecodeConfig())
     generator = Generator(bundle)
     long = PromptItem("long", text="the quick brown fox " * 400)
@@ -79,7 +79,7 @@ def test_unknown_mode_and_bad_options() -> None:
 
 def test_token_outside_vocabulary(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
-    with pytest.raises(GenerationError, match="outside the vocabulary"):
+    with pytest.raises(InputError, match="outside the vocabulary"):
         engine.generate([10_000], DecodeConfig())
 
 

@@ -16,7 +16,7 @@ from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.engine.stats import RoundStats
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.records.manifest import DraftKind
+from specdec.pipeline.records.draft_spec import DraftKind
 
 
 def _prompts(count: int, vocab: int, seed: int = 0) -> list[list[int]]:

@@ -20,6 +20,7 @@ from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.algorithms.base import QuantSpec, round_to_nearest
 from specdec.pipeline.quantize.config import Method
 from specdec.pipeline.quantize.packing import pack
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 
 
@@ -55,7 +56,7 @@ def test_rows_are_invariant_with_two_or_more_rows(bits: int, level: int) -> None
 @pytest.fixture(scope="module")
 def int8_bundles(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("int8")
-    return {arch: quantize_bundle(QuantizeConfig(output=root / arch, method=Method.rtn, accuracy_level=4,
+    return {arch: quantize_bundle(QuantizeConfig.from_text(output=root / arch, method=Method.rtn, accuracy_level=4,
                                                  calib_samples=8, eval_prompts=2, eval_new_tokens=8),
                                   bundle_factory(arch))
             for arch in ("llama", "qwen2", "mistral")}
@@ -64,7 +65,7 @@ def int8_bundles(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-d
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
 def test_int8_compute_bundles_are_exact_in_the_exact_layout(int8_bundles, arch: str) -> None:  # type: ignore[no-untyped-def]
     bundle = int8_bundles[arch]
-    report = bundle.manifest.reports["quantize"]["speculative"]
+    report = dump(bundle.manifest.reports)["quantize"]["speculative"]
     assert report["layout"] == "exact" and report["exact"] and report["invariance"]["chain"]
     engine = Engine(bundle.path)
     assert measure(DynamicRunner(engine.info.graphs["target"]), engine.vocab).chain

@@ -14,11 +14,12 @@ from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.bundle.summary import kv_cache
 from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
 from specdec.pipeline.compile.config import window_slots
+from specdec.pipeline.engine.bundle_info import read_bundle
 from specdec.pipeline.engine.engine import Engine
-from specdec.pipeline.engine.manifest import read_bundle
 from specdec.pipeline.engine.runner import DynamicRunner
 from specdec.pipeline.engine.static_window import StaticWindowRunner
 from specdec.pipeline.errors import InputError
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
 from specdec.pipeline.records.kv_policy import POSITIONS_PER_CONTEXT, KVCache, KVDtype, KVPolicy
 
@@ -47,7 +48,7 @@ def test_the_variants_span_one_ring_and_the_policy_is_recorded(ring: Bundle) -> 
     assert window_slots(table.kv_policy, 16) == SLOTS
     assert {v.context for variants in table.graphs.values() for v in variants} == {SLOTS}
     assert kv_cache(ring.manifest)["slots"] == SLOTS  # what inspect shows
-    quality = ring.manifest.reports["compile"]["kv_quality"]
+    quality = dump(ring.manifest.reports)["compile"]["kv_quality"]
     assert quality["positions_past_reach"] > 0 and 0 <= quality["mismatch_rate"] <= 1
     engine = Engine(ring.path)
     assert engine.max_context == CONTEXT * POSITIONS_PER_CONTEXT

@@ -12,6 +12,7 @@ from transformers import BertConfig, BertModel, LlamaConfig, LlamaForSequenceCla
 from specdec.pipeline.errors import CompatibilityError, InputError, UnsupportedModelError
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.export import stage as export_stage
+from specdec.pipeline.records.codec import dump
 
 
 def _export(target: Path | str, draft: Path | str, out: Path, **kwargs: object) -> None:
@@ -35,9 +36,10 @@ def test_directory_without_config(pair_factory, tmp_path: Path) -> None:  # type
 
 def test_config_without_weights(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     target, draft = pair_factory("llama")
-    shutil.copy(target / "config.json", tmp_path / "config.json")
+    (tmp_path / "ckpt").mkdir()
+    shutil.copy(target / "config.json", tmp_path / "ckpt" / "config.json")
     with pytest.raises(InputError, match="no weights"):
-        _export(tmp_path, draft, tmp_path / "out")
+        _export(tmp_path / "ckpt", draft, tmp_path / "out")
 
 
 def test_not_a_causal_lm(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -76,7 +78,7 @@ def test_padded_vocab_is_accepted_with_warning(pair_factory, tmp_path: Path) -> 
 
     manifest = Bundle.load(tmp_path / "out").manifest
     assert manifest.graphs["draft"].vocab_size == len(tokenizer) + 16
-    assert "padding rows" in manifest.reports["export"]["warnings"][0]
+    assert "padding rows" in dump(manifest.reports)["export"]["warnings"][0]
 
 
 def test_vocab_smaller_than_tokenizer_is_an_error(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,7 @@ import pytest
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.export import stage as export_stage
+from specdec.pipeline.records.codec import dump
 
 ARCHS = ["llama", "qwen2", "gpt2"]
 
@@ -27,7 +28,7 @@ def test_export_writes_contract_and_validates(bundle_factory, arch: str) -> None
     mask = next(t for t in target.inputs if t.name == "attention_mask")
     assert mask.shape[:2] == [1, 1] and all(isinstance(d, str) for d in mask.shape[2:])
     assert manifest.graphs["draft"].num_layers < target.num_layers
-    validation = manifest.reports["export"]["validation"]
+    validation = dump(manifest.reports)["export"]["validation"]
     for role in ("target", "draft"):
         checks = {(c["case"], c["output"]): c["max_abs_diff"] for c in validation[role]["checks"]}
         assert set(checks) == {(case, out) for case in ("prefill", "tree", "decode") for out in ("logits", "present")}
@@ -50,18 +51,19 @@ def test_gqa_geometry_recorded(bundle_factory) -> None:  # type: ignore[no-untyp
 
 def test_validation_catches_a_wrong_graph(pair_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Validation compares with an independent PyTorch run, so a graph from another model fails."""
+    from specdec.pipeline.checkpoints.source import CheckpointSource
     from specdec.pipeline.errors import ValidationError
     from specdec.pipeline.export import checkpoint, validate
 
     target, _ = pair_factory("llama")
     other, _ = pair_factory("llama", seed=7)
     bundle = export_bundle(ExportConfig(target=str(other), draft=str(other), output=tmp_path / "b", validate=False))
-    config, arch = checkpoint.load_config(str(target), "target")
-    model = checkpoint.load_model(str(target), "target", config, "float32")
+    config, arch = checkpoint.load_config(CheckpointSource(str(target)), "target")
+    model = checkpoint.load_model(CheckpointSource(str(target)), "target", config, "float32")
     checks = validate.validate_graph(model, bundle.path / "target.onnx", arch.geometry(config), arch, "float32", 300)
     with pytest.raises(ValidationError, match="differs from PyTorch"):
         validate.enforce(checks, "target.onnx")
-    assert bundle.manifest.reports["export"]["validation"] == "skipped (--no-validate)"
+    assert dump(bundle.manifest.reports)["export"]["validation"] == "skipped (--no-validate)"
 
 
 @pytest.mark.slow

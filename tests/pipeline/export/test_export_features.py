@@ -15,7 +15,8 @@ from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.errors import CompatibilityError, InputError
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.records.manifest import DraftKind, read_manifest
+from specdec.pipeline.records.draft_spec import DraftKind
+from specdec.pipeline.records.manifest import read_manifest
 
 
 def _io(specs: list) -> list[tuple[str, str, list[int | str]]]:  # type: ignore[type-arg]
@@ -41,10 +42,11 @@ def test_the_feature_bundle_follows_the_contract(feature_factory) -> None:  # ty
     assert (record.feature_layer, record.hidden_size) == (1, 64)
     assert record.vocab is not None and record.vocab.size == 107 and record.vocab.file in manifest.files
     assert np.array_equal(np.load(bundle.path / record.vocab.file), np.arange(0, 320, 3))
-    checks = {(c["case"], c["output"]) for role in ("target", "draft")
-              for c in manifest.reports["export"]["validation"][role]["checks"]}
+    export = manifest.reports.export
+    assert export is not None and isinstance(export.validation, dict)
+    checks = {(c["case"], c["output"]) for role in ("target", "draft") for c in export.validation[role]["checks"]}
     assert {("tree", "hidden_states"), ("decode", "hidden_states"), ("tree", "hidden_out")} <= checks
-    assert manifest.reports["export"]["shared"]["tensors"] >= 1  # the embedding, stored once
+    assert export.shared is not None and export.shared.tensors >= 1  # the embedding, stored once
 
 
 def test_a_full_vocabulary_feature_draft_writes_no_vocabulary_file(feature_factory) -> None:  # type: ignore[no-untyped-def]

@@ -27,15 +27,16 @@ def _prepare(calib: Path | None, samples: int = 4, seq_len: int = 16, eval_file:
 
 def test_text_and_jsonl(tmp_path: Path) -> None:
     text = tmp_path / "c.txt"
-    text.write_text("hello world")
-    assert calibration.read_tokens(text, encode, 256) == encode("hello world")
+    text.write_text("hello world, " * 3)
+    assert calibration.read_tokens(text, encode, 256) == encode("hello world, " * 3)
     jsonl = tmp_path / "c.jsonl"
-    jsonl.write_text('{"text": "ab"}\n\n{"input_ids": [1, 2, 3]}\n')
-    assert calibration.read_tokens(jsonl, encode, 256) == [*encode("ab\n\n"), 1, 2, 3]
+    ids = list(range(1, 31))
+    jsonl.write_text(f'{{"text": "ab"}}\n\n{{"input_ids": {ids}}}\n')
+    assert calibration.read_tokens(jsonl, encode, 256) == [*encode("ab\n\n"), *ids]
     # JSONL is recognised by content too, not only by suffix.
     other = tmp_path / "c.data"
-    other.write_text('{"input_ids": [4]}\n')
-    assert calibration.read_tokens(other, encode, 256) == [4]
+    other.write_text(f'{{"input_ids": {[4] * 32}}}\n')
+    assert calibration.read_tokens(other, encode, 256) == [4] * 32
 
 
 @pytest.mark.parametrize(("content", "match"), [
@@ -44,6 +45,7 @@ def test_text_and_jsonl(tmp_path: Path) -> None:
     ("  \n\n", "is empty"),
     ('{"text": "a"}\n{"prompt": "b"}\n', "line 2 is not a JSON object with 'text' or 'input_ids'"),
     ('{"input_ids": [1, 999]}\n', "token ids below 256"),
+    ("tiny", "has only 4 tokens \\(at least 32 needed\\)"),
 ])
 def test_bad_calibration_files(tmp_path: Path, content: str | None, match: str) -> None:
     path = tmp_path / "calib.txt"
@@ -51,6 +53,18 @@ def test_bad_calibration_files(tmp_path: Path, content: str | None, match: str) 
         path.write_text(content)
     with pytest.raises(InputError, match=match):
         calibration.read_tokens(path, encode, 256)
+
+
+def test_one_reader_names_the_setting_that_gave_the_file(tmp_path: Path) -> None:
+    """quantize's --calib, compile's --kv-calib and draft's --calib read through the same rule; the error
+    names the setting the file came from."""
+    path = tmp_path / "short.txt"
+    path.write_text("x" * 31)
+    for key in ("calib", "kv_calib", "eval_file"):
+        with pytest.raises(InputError, match=f"{key} file '.*' has only 31 tokens"):
+            calibration.read_tokens(path, encode, 256, key=key)
+    path.write_text("x" * 32)
+    assert len(calibration.read_tokens(path, encode, 256, key="kv_calib")) == 32
 
 
 def test_enough_text_gives_the_requested_windows(tmp_path: Path) -> None:

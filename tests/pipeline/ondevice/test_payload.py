@@ -9,7 +9,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from specdec.pipeline.ondevice.payload import build_payload, bundle_files, write_runtime_zip
+from specdec.pipeline.ondevice.payload import build_payload, write_runtime_zip
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.results import RunSpec
 
@@ -32,7 +32,7 @@ def test_device_runner_runs_from_the_zip_alone(bench_bundle, tmp_path: Path) -> 
                    controllers={"enabled": ["fallback"]})
     payload = build_payload(bench_bundle, spec, tmp_path / "payload")
     pushed = {p.relative_to(payload / "bundle").as_posix() for p in (payload / "bundle").rglob("*") if p.is_file()}
-    assert set(bundle_files(bench_bundle)) == pushed - {"manifest.json"}
+    assert set(bench_bundle.runner_files()) == pushed - {"manifest.json"}
     # the npu variants (q x context) and the weights files they share
     assert {"buckets/target.weights", "buckets/draft.weights"} <= pushed
     assert any(name.endswith("_c128.onnx") for name in pushed) and not any(name.endswith(".ort") for name in pushed)

@@ -12,6 +12,7 @@ import pytest
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.quantize import quantize_bundle
 from specdec.pipeline.quantize.config import QuantizeConfig
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.settings.resolve import bundle_requirements
 
@@ -26,7 +27,7 @@ def test_quantized_feature_bundles_keep_the_features_and_decode_exactly(feature_
     quantized = manifest.quantization
     assert quantized is not None and set(quantized.graphs) == {"target", "draft"}
     assert "fc" in quantized.graphs["draft"].layers  # the draft's own input projection is quantized too
-    report = manifest.reports["quantize"]
+    report = dump(manifest.reports)["quantize"]
     draft = report["graphs"]["draft"]
     assert math.isfinite(draft["perplexity_before"]) and math.isfinite(draft["perplexity_after"])
     speculative = report["speculative"]
@@ -42,9 +43,10 @@ def test_quantized_feature_bundles_keep_the_features_and_decode_exactly(feature_
 
 def test_a_calibrated_method_reads_the_targets_features(feature_stages, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """AWQ's statistics of the draft's layers come from running it on the float target's features."""
-    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "b", format="nbits", method="awq", graphs=("draft",),
-                                            calib_samples=8), feature_stages(("surgery",)))
+    config = QuantizeConfig.from_text(output=tmp_path / "b", format="nbits", method="awq", graphs=("draft",),
+                                      calib_samples=8)
+    bundle = quantize_bundle(config, feature_stages(("surgery",)))
     layers = bundle.manifest.quantization.graphs["draft"].layers
     searched = [layer for layer in layers.values() if layer.alpha is not None]
     assert searched and all(np.isfinite(layer.alpha) for layer in searched)  # type: ignore[arg-type]
-    assert bundle.manifest.reports["quantize"]["speculative"]["exact"]
+    assert dump(bundle.manifest.reports)["quantize"]["speculative"]["exact"]

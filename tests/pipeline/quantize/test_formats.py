@@ -18,10 +18,11 @@ from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
-from specdec.pipeline.ondevice.payload import bundle_files
 from specdec.pipeline.quantize import QuantizeConfig
 from specdec.pipeline.quantize.config import WeightFormat
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 from specdec.pipeline.tune.plans import choose_format
@@ -46,7 +47,7 @@ def test_quantize_stores_one_more_target_and_shares_the_rest(two) -> None:  # ty
     assert variant.quantization.weight_bits == 7 and variant.quantization.method == "rtn"
     graphs = [rel for rel in manifest.files if rel.endswith(".onnx")]
     assert sorted(graphs) == ["draft.onnx", "target.onnx", "target.w8a8.onnx"]  # one draft, one tokenizer
-    report = manifest.reports["quantize"]["variants"]["w8a8"]
+    report = dump(manifest.reports)["quantize"]["variants"]["w8a8"]
     assert abs(report["graphs"]["target"]["perplexity_increase_pct"]) < 1.0
     assert report["speculative"]["lossless_prompts"] == report["speculative"]["prompts"]
     assert manifest.lineage[-1].config["format"] == "nbits,w8a8"
@@ -64,7 +65,7 @@ def test_compile_builds_each_format_and_each_decodes_exactly(two) -> None:  # ty
     assert variant is not None and variant.file == "cpu/w8a8/target.onnx"
     assert "com.microsoft.MatMulIntegerToFloat" in variant.ops  # the fused form of the w8a8 linear
     assert "com.microsoft.MatMulNBits" in fused.manifest.buckets.fused["target"].ops
-    assert "w8a8" in fused.manifest.reports["compile"]["variants"]
+    assert "w8a8" in dump(fused.manifest.reports)["compile"]["variants"]
     for name in ("nbits", "w8a8"):
         engine = Engine(fused.runtime_info(name))
         ops = op_types(engine.target.path) if hasattr(engine.target, "path") else None
@@ -84,13 +85,14 @@ def _config(tokens: int, speculative: bool, exact: bool):  # type: ignore[no-unt
 
 def test_tune_measures_each_format_and_generate_and_bench_use_the_plans(two, prompts_file: Path,  # type: ignore[no-untyped-def]
                                                                        tmp_path: Path) -> None:
-    tuned, plan = tune_bundle(TuneConfig(output=tmp_path / "tuned", max_new_tokens=12), two[2])
+    tuned, plan = tune_bundle(TuneConfig(output=tmp_path / "tuned", decode=DecodeOptions(max_new_tokens=12)), two[2])
     assert plan.weight_format in ("nbits", "w8a8")
     assert [line.split(":")[0] for line in plan.formats_compared] == ["nbits", "w8a8"]
     assert any(note.startswith(f"weight format {plan.weight_format}") for note in plan.notes)
     stored = Bundle.load(tuned.path).manifest.plan
     assert stored is not None and stored.for_device(plan.device) == plan
-    settings = generate_settings(GenerateConfig(max_new_tokens=16, speculative=True), tuned, load_device("local-cpu"),
+    settings = generate_settings(GenerateConfig(decode=DecodeOptions(max_new_tokens=16, speculative=True)), tuned,
+                                 load_device("local-cpu"),
                                  None)
     assert settings.weight_format == plan.weight_format
     engine = Generator(tuned, weight_format=settings.weight_format).engine
@@ -100,11 +102,12 @@ def test_tune_measures_each_format_and_generate_and_bench_use_the_plans(two, pro
     for prompt in ([5, 6, 7], [1]):
         assert engine.generate(prompt, settings.config).output_ids == engine.generate(prompt, plain).output_ids
     # the device gets the plan's format only, and decodes with it
-    files = bundle_files(tuned, plan.weight_format)
+    files = tuned.runner_files(plan.weight_format)
     chosen, other = (("cpu/w8a8/target.onnx", "cpu/target.onnx") if plan.weight_format == "w8a8"
                      else ("cpu/target.onnx", "cpu/w8a8/target.onnx"))
     assert chosen in files and other not in files and "cpu/draft.onnx" in files
-    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts_file, limit=2, max_new_tokens=10),
+    outcome = run_bench(BenchConfig(output=tmp_path / "bench", prompts=prompts_file, limit=2,
+                                    decode=DecodeOptions(max_new_tokens=10)),
                         tuned)
     assert outcome.results.plan is not None and outcome.results.plan.source == "bundle"
     assert outcome.results.lossless.equal
@@ -131,15 +134,15 @@ def test_choose_format_takes_the_best_predicted_tokens_per_second_among_exact_on
 
 
 def test_bad_format_lists(tmp_path: Path) -> None:
-    config = QuantizeConfig(output=tmp_path / "x", format="w8a8,nbits")
+    config = QuantizeConfig.from_text(output=tmp_path / "x", format="w8a8,nbits")
     assert (config.weight_format, config.also_formats) == (WeightFormat.w8a8, (WeightFormat.nbits,))
     assert config.for_format(WeightFormat.nbits).method_for("target").value == "awq"  # w8a8's rtn is not "given"
     with pytest.raises(InputError, match="names w8a8 twice"):
-        QuantizeConfig(output=tmp_path / "x", format="w8a8,w8a8")
+        QuantizeConfig.from_text(output=tmp_path / "x", format="w8a8,w8a8")
     with pytest.raises(InputError, match="leaves the target out"):
-        QuantizeConfig(output=tmp_path / "x", format="nbits,w8a8", graphs="draft")
+        QuantizeConfig.from_text(output=tmp_path / "x", format="nbits,w8a8", graphs="draft")
     with pytest.raises(InputError, match="unknown weight format 'int3'"):
-        QuantizeConfig(output=tmp_path / "x", format="nbits,int3")
+        QuantizeConfig.from_text(output=tmp_path / "x", format="nbits,int3")
 
 
 def test_npu_flavour_refuses_two_formats(two, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

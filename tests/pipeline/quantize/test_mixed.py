@@ -20,8 +20,10 @@ from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate.stage import GenerateConfig, generate_settings
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
 from specdec.pipeline.quantize.config import LayerClass, WeightFormat, layer_class
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
 from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
 from specdec.pipeline.settings.resolve import bundle_requirements
 from specdec.pipeline.tune.plans import choose_format
@@ -67,7 +69,7 @@ def test_each_layer_class_gets_its_format_and_the_record_says_so(mixed) -> None:
     assert precision(bundle.manifest, "target") == \
         "mixed int4/int8 weights (rtn + w8a8 by layer class), float32/int8 compute"  # what `inspect` prints
     assert bundle.manifest.lineage[-1].config["mix"] == {"attention": "w8a8", "mlp": "nbits", "head": "nbits"}
-    spec = bundle.manifest.reports["quantize"]["speculative"]
+    spec = dump(bundle.manifest.reports)["quantize"]["speculative"]
     assert spec["layout"] == "exact" and spec["lossless_prompts"] == spec["prompts"]
 
 
@@ -85,7 +87,7 @@ def test_compile_builds_the_mix_and_speculation_is_exact(mixed) -> None:  # type
     _, fused = mixed
     ops = fused.manifest.buckets.fused["target"].ops
     assert "com.microsoft.MatMulIntegerToFloat" in ops and "com.microsoft.MatMulNBits" in ops
-    settings = generate_settings(GenerateConfig(max_new_tokens=12, speculative=True), fused,
+    settings = generate_settings(GenerateConfig(decode=DecodeOptions(max_new_tokens=12, speculative=True)), fused,
                                  load_device("local-cpu"), None)
     assert settings.config.exact_layout  # the bundle's requirement reaches the decode settings
     engine = Engine(fused.runtime_info())
@@ -157,7 +159,7 @@ def _plan(name: str, speedup: float, plain_ms: float, exact: bool) -> DevicePlan
 ])
 def test_bad_mixes_are_one_line_errors(settings, message: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InputError, match=message) as caught:
-        QuantizeConfig(output=tmp_path / "x", **settings)
+        QuantizeConfig.from_text(output=tmp_path / "x", **settings)
     assert "\n" not in str(caught.value)
 
 
@@ -167,7 +169,7 @@ def test_a_layer_outside_the_classes_is_refused_before_any_work(bundle_factory, 
 
     monkeypatch.setattr(config_module, "_CLASS_OF_PARENT", {"self_attn": LayerClass.attention})
     with pytest.raises(InputError, match=r"layer model\.layers\.0\.mlp\.\w+ is in no layer class"):
-        quantize_bundle(QuantizeConfig(output=tmp_path / "q", format="mixed", method="rtn", **SMALL),
+        quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "q", format="mixed", method="rtn", **SMALL),
                         bundle_factory("llama"))
     assert not (tmp_path / "q").exists()
 
@@ -183,11 +185,12 @@ def test_settings_survive_replace(tmp_path: Path) -> None:
     """Stages copy configs with dataclasses.replace, which runs the checks again on resolved values."""
     import dataclasses
 
-    mixed = QuantizeConfig(output=tmp_path / "x", format="w8a8,mixed", mix="mlp=w8a8,head=w8a8,attention=nbits")
+    mixed = QuantizeConfig.from_text(output=tmp_path / "x", format="w8a8,mixed",
+                                     mix="mlp=w8a8,head=w8a8,attention=nbits")
     again = dataclasses.replace(mixed, output=tmp_path / "y")
     assert again.layer_formats == mixed.layer_formats
     assert again.layer_formats[LayerClass.attention] is WeightFormat.nbits
     assert mixed.for_format(WeightFormat.mixed).layer_formats == mixed.layer_formats
     assert mixed.for_format(WeightFormat.mixed).method_for("target").value == "awq"  # w8a8's rtn is not "given"
-    plain = dataclasses.replace(QuantizeConfig(output=tmp_path / "x", format="nbits"), output=tmp_path / "z")
+    plain = dataclasses.replace(QuantizeConfig.from_text(output=tmp_path / "x", format="nbits"), output=tmp_path / "z")
     assert plain.mix is None and "mix" not in plain.record()

@@ -29,7 +29,8 @@ METHODS = ("rtn", "gptq", "awq")
 def quantized(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     source = bundle_factory("llama")
     root = tmp_path_factory.mktemp("quantized")
-    return source, {m: quantize_bundle(QuantizeConfig(output=root / m, method=m, **SMALL), source) for m in METHODS}
+    return source, {m: quantize_bundle(QuantizeConfig.from_text(output=root / m, format="nbits", method=m, **SMALL),
+                                       source) for m in METHODS}
 
 
 def _prefill_logits(path: Path, ids: np.ndarray) -> np.ndarray:
@@ -113,7 +114,7 @@ def test_speculative_greedy_equals_plain_greedy(quantized, method: str) -> None:
 def test_tied_head_and_quantized_embeddings(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Qwen2: lm_head is MatMul(x, Transpose(table)) over the embedding table."""
     source = bundle_factory("qwen2")
-    config = QuantizeConfig(output=tmp_path / "q", method="awq", quantize_embeddings=True, **SMALL)
+    config = QuantizeConfig.from_text(output=tmp_path / "q", method="awq", quantize_embeddings=True, **SMALL)
     bundle = quantize_bundle(config, source)
     for role, bits in (("target", 8), ("draft", 4)):
         model = onnx.load(str(bundle.path / f"{role}.onnx"))
@@ -125,12 +126,13 @@ def test_tied_head_and_quantized_embeddings(bundle_factory, tmp_path: Path) -> N
         assert record["layers"]["lm_head"]["bits"] == bits
         floats = [init for init in model.graph.initializer if init.data_type == onnx.TensorProto.FLOAT]
         assert all(int(np.prod(init.dims)) < 320 * 64 for init in floats)  # no float table is left
-    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+    assert dump(bundle.manifest.reports)["quantize"]["speculative"]["lossless_prompts"] == 3
 
 
 def test_gemm_layers(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """GPT-2: Conv1D layers are Gemm(x, W, b): MatMulNBits then Add; tables stay float by default."""
-    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="rtn", **SMALL), bundle_factory("gpt2"))
+    bundle = quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "q", format="nbits", method="rtn", **SMALL),
+                             bundle_factory("gpt2"))
     model = onnx.load(str(bundle.path / "target.onnx"))
     onnx.checker.check_model(model, full_check=True)
     record = dump(bundle.manifest.quantization)["graphs"]["target"]
@@ -139,14 +141,14 @@ def test_gemm_layers(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no
     assert record["embeddings"]["transformer.wte"]["bits"] == "float"
     ops = [node.op_type for node in model.graph.node]
     assert "Gemm" not in ops and ops.count("MatMulNBits") == 9 and ops.count("Gather") == 2
-    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+    assert dump(bundle.manifest.reports)["quantize"]["speculative"]["lossless_prompts"] == 3
 
 
 def test_custom_ops_survive_quantization(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
 
     surgered = surgery_bundle(SurgeryConfig(output=tmp_path / "s"), bundle_factory("llama"))
-    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="gptq", **SMALL), surgered)
+    bundle = quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "q", method="gptq", **SMALL), surgered)
     for role, op in (("draft", "DynamicTreePrune"), ("target", "BlockSparseVerify")):
         before = onnx.load(str(surgered.path / f"{role}.onnx"))
         after = onnx.load(str(bundle.path / f"{role}.onnx"))
@@ -176,18 +178,18 @@ def test_surgery_runs_on_a_quantized_bundle(quantized, tmp_path: Path) -> None: 
 
 def test_genai_layout_puts_every_target_layer_at_4_bits(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """--head-bits 4 --first-block-bits 4: onnxruntime-genai's int4 (every MatMul 4-bit), still lossless."""
-    default = QuantizeConfig(output=tmp_path / "d")
+    default = QuantizeConfig.from_text(output=tmp_path / "d")
     assert default.bits_for("target", "model.layers.0.mlp.up_proj") == 8 and default.bits_for("target", "lm_head") == 8
-    config = QuantizeConfig(output=tmp_path / "q", method="rtn", head_bits=4, first_block_bits=4, **SMALL)
+    config = QuantizeConfig.from_text(output=tmp_path / "q", method="rtn", head_bits=4, first_block_bits=4, **SMALL)
     bundle = quantize_bundle(config, bundle_factory("llama"))
     record = dump(bundle.manifest.quantization)["graphs"]["target"]["layers"]
     assert record and {layer["bits"] for layer in record.values()} == {4}
     nodes = onnx.load(str(bundle.path / "target.onnx")).graph.node
     assert {a.i for n in nodes if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "bits"} == {4}
     assert bundle.manifest.lineage[-1].config["first_block_bits"] == 4
-    assert bundle.manifest.reports["quantize"]["speculative"]["lossless_prompts"] == 3
+    assert dump(bundle.manifest.reports)["quantize"]["speculative"]["lossless_prompts"] == 3
     with pytest.raises(InputError, match="first_block_bits 6 is not 4 or 8"):
-        QuantizeConfig(output=tmp_path / "x", first_block_bits=6)
+        QuantizeConfig.from_text(output=tmp_path / "x", first_block_bits=6)
 
 
 def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -196,7 +198,7 @@ def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> N
     from specdec.pipeline.settings.resolve import bundle_requirements
 
     source = quantized[0]
-    config = QuantizeConfig(output=tmp_path / "q", graphs="draft", method="rtn", accuracy_level=4, **SMALL)
+    config = QuantizeConfig.from_text(output=tmp_path / "q", graphs="draft", method="rtn", accuracy_level=4, **SMALL)
     bundle = quantize_bundle(config, source)
     assert (bundle.path / "target.onnx").read_bytes() == (source.path / "target.onnx").read_bytes()
     assert "MatMulNBits" not in op_types(bundle.path / "target.onnx")
@@ -204,7 +206,7 @@ def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> N
     quantization = bundle.manifest.quantization
     assert quantization is not None and list(quantization.graphs) == ["draft"]
     assert bundle_requirements(quantization) == {}  # the target computes in float: trees stay exact
-    report = bundle.manifest.reports["quantize"]
+    report = dump(bundle.manifest.reports)["quantize"]
     assert list(report["graphs"]) == ["draft"] and report["speculative"]["layout"] == "tree"
     assert report["speculative"]["lossless_prompts"] == 3
     assert bundle.manifest.lineage[-1].config["graphs"] == ["draft"]
@@ -216,39 +218,40 @@ def test_draft_only_keeps_the_target_bit_for_bit(quantized, tmp_path: Path) -> N
 
 
 def test_graphs_setting_is_validated(quantized, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    assert QuantizeConfig(output=tmp_path / "q", graphs="draft, target").graphs == ("target", "draft")
+    assert QuantizeConfig.from_text(output=tmp_path / "q", graphs="draft, target").graphs == ("target", "draft")
     with pytest.raises(InputError, match="graphs drafts names no graph of a bundle"):
-        QuantizeConfig(output=tmp_path / "q", graphs="drafts")
+        QuantizeConfig.from_text(output=tmp_path / "q", graphs="drafts")
     with pytest.raises(InputError, match=r"graphs \(empty\) names no graph"):
-        QuantizeConfig(output=tmp_path / "q", graphs=",")
+        QuantizeConfig.from_text(output=tmp_path / "q", graphs=",")
     source = quantized[0]
     target_only = Bundle(source.path, dataclasses.replace(source.manifest,
                                                           graphs={"target": source.manifest.graphs["target"]}))
     with pytest.raises(InputError, match="has no draft graph to quantize") as caught:
-        quantize_bundle(QuantizeConfig(output=tmp_path / "t", graphs="draft", **SMALL), target_only)
+        quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "t", graphs="draft", **SMALL), target_only)
     assert not (tmp_path / "t").exists()
     assert "graphs target (or leave it out: every graph)" in caught.value.one_line()
-    assert QuantizeConfig(output=tmp_path / "a").roles_in(["target"]) == ("target",)  # the default: what is there
+    default = QuantizeConfig.from_text(output=tmp_path / "a")
+    assert default.roles_in(["target"]) == ("target",)  # the default: what is there
 
 
 def test_keep_float_and_short_calibration(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     calib = tmp_path / "short.txt"
     calib.write_text("the quick brown fox jumps over the lazy dog. " * 6)
-    config = QuantizeConfig(output=tmp_path / "q", method="awq", keep_float=("*mlp*", "lm_head"), calib=calib,
+    config = QuantizeConfig.from_text(output=tmp_path / "q", method="awq", keep_float=("*mlp*", "lm_head"), calib=calib,
                             **SMALL)
     bundle = quantize_bundle(config, bundle_factory("llama"))
     layers = dump(bundle.manifest.quantization)["graphs"]["target"]["layers"]
     assert layers["lm_head"] == {"bits": "float", "reason": "--keep-float"}
     assert all(r["bits"] == "float" for name, r in layers.items() if ".mlp." in name)
     assert layers["model.layers.1.self_attn.o_proj"]["bits"] == 4
-    warning = bundle.manifest.reports["quantize"]["warnings"][0]
-    samples = bundle.manifest.reports["quantize"]["calibration"]["samples"]
+    warning = dump(bundle.manifest.reports)["quantize"]["warnings"][0]
+    samples = dump(bundle.manifest.reports)["quantize"]["calibration"]["samples"]
     assert f"using {samples} sample(s)" in warning and samples < 8
 
 
 def test_explicit_group_size_leaves_layers_it_does_not_divide_float(
         quantized, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # type: ignore[no-untyped-def]
-    config = QuantizeConfig(output=tmp_path / "q", method="rtn", group_size=128, **SMALL)
+    config = QuantizeConfig.from_text(output=tmp_path / "q", method="rtn", group_size=128, **SMALL)
     with caplog.at_level("WARNING", logger="specdec"):
         bundle = quantize_bundle(config, quantized[0])
     layers = dump(bundle.manifest.quantization)["graphs"]["draft"]["layers"]
@@ -261,21 +264,21 @@ def test_explicit_group_size_leaves_layers_it_does_not_divide_float(
 def test_bad_input(quantized, bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     source, bundles = quantized
     with pytest.raises(BundleError, match="already quantized"):
-        quantize_bundle(QuantizeConfig(output=tmp_path / "again", **SMALL), bundles["rtn"])
+        quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "again", **SMALL), bundles["rtn"])
     compiled = Bundle(source.path, dataclasses.replace(source.manifest, buckets=BucketTable(
         max_context=8, prefill_chunk=0, format=OutputFormat.onnx, profile="local-cpu", graphs={})))
     with pytest.raises(BundleError, match="quantize before compile"):
-        quantize_bundle(QuantizeConfig(output=tmp_path / "c", **SMALL), compiled)
+        quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "c", **SMALL), compiled)
     with pytest.raises(InputError, match=r"group size 256 divides no layer \(widths: 64, 128\)"):
-        quantize_bundle(QuantizeConfig(output=tmp_path / "g", group_size=256, **SMALL), source)
+        quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "g", group_size=256, **SMALL), source)
     with pytest.raises(InputError, match="power of two"):
-        QuantizeConfig(output=tmp_path / "g", group_size=48)
+        QuantizeConfig.from_text(output=tmp_path / "g", group_size=48)
     with pytest.raises(InputError, match="unknown quantization method 'int3'"):
-        QuantizeConfig(output=tmp_path / "m", method="int3")  # type: ignore[arg-type]
+        QuantizeConfig.from_text(output=tmp_path / "m", method="int3")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="already exists"):
-        quantize_bundle(QuantizeConfig(output=bundles["rtn"].path, **SMALL), source)
+        quantize_bundle(QuantizeConfig.from_text(output=bundles["rtn"].path, **SMALL), source)
     with pytest.raises(InputError, match="calib file .* does not exist"):
-        QuantizeConfig(output=tmp_path / "x", calib=tmp_path / "missing.txt")
+        quantize_bundle(QuantizeConfig(output=tmp_path / "x", calib=tmp_path / "missing.txt"), source)
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
@@ -299,7 +302,8 @@ def test_perplexity_gate_fails_without_writing(quantized, monkeypatch: pytest.Mo
     monkeypatch.setattr(quality, "evaluate", evaluate)
     out = tmp_path / "gated"
     with pytest.raises(ValidationError, match="above max_ppl_increase 10%"):
-        quantize_bundle(QuantizeConfig(output=out, method="rtn", max_ppl_increase=10.0, **SMALL), quantized[0])
+        quantize_bundle(QuantizeConfig.from_text(output=out, format="nbits", method="rtn", max_ppl_increase=10.0,
+                                                  **SMALL), quantized[0])
     assert measured and not out.exists() and not any(tmp_path.iterdir())
 
 
@@ -337,12 +341,13 @@ def test_graphs_with_external_data_quantize_like_inline_ones(pair_factory, bundl
     assert (surgered.path / "target.onnx").stat().st_size < external
     # a probe's hard link left behind by a killed run (onnx's own reader refuses such a file)
     os.link(surgered.path / "target.onnx.data", tmp_path / "left-by-a-killed-probe.data")
-    w8a8 = [quantize_bundle(QuantizeConfig(output=tmp_path / f"w8a8-{i}", format="w8a8", **SMALL), source)
+    w8a8 = [quantize_bundle(QuantizeConfig.from_text(output=tmp_path / f"w8a8-{i}", format="w8a8", **SMALL), source)
             for i, source in enumerate((surgered, bundle_factory("llama")))]
     streamed, inline_w8a8 = (dump(b.manifest.quantization)["graphs"] for b in w8a8)
     assert streamed == inline_w8a8
     for method in ("awq", "gptq"):
-        config = QuantizeConfig(output=tmp_path / method, method=method, head_bits=4, first_block_bits=4, **SMALL)
+        config = QuantizeConfig.from_text(output=tmp_path / method, method=method, head_bits=4, first_block_bits=4,
+                                          **SMALL)
         external = quantize_bundle(config, surgered)
         monkeypatch.setattr(graph_io, "EXTERNAL_DATA_BYTES", 1 << 30)
         inline = quantize_bundle(dataclasses.replace(config, output=tmp_path / f"{method}-inline"),
@@ -360,12 +365,13 @@ def test_large_vocabularies_get_quantized_tables_by_default(bundle_factory, tmp_
 
     monkeypatch.setattr(config_module, "LARGE_VOCAB", 256)  # the tiny vocabulary (320) counts as large
     source = bundle_factory("qwen2")
-    bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "q", method="rtn", **SMALL), source)
+    bundle = quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "q", format="nbits", method="rtn", **SMALL),
+                             source)
     graphs = dump(bundle.manifest.quantization)["graphs"]
     assert graphs["target"]["embeddings"]["model.embed_tokens"]["bits"] == 8
     assert graphs["draft"]["embeddings"]["model.embed_tokens"]["bits"] == 4
-    float_bundle = quantize_bundle(QuantizeConfig(output=tmp_path / "f", method="rtn", quantize_embeddings=False,
-                                                  **SMALL), source)
+    float_bundle = quantize_bundle(QuantizeConfig.from_text(output=tmp_path / "f", format="nbits", method="rtn",
+                                                            quantize_embeddings=False, **SMALL), source)
     record = dump(float_bundle.manifest.quantization)["graphs"]["target"]["embeddings"]["model.embed_tokens"]
     assert record == {**record, "bits": "float", "reason": "--float-embeddings"}
     sizes = [sum(p.stat().st_size for p in b.path.glob("*.onnx*")) for b in (bundle, float_bundle)]

@@ -20,7 +20,9 @@ from specdec.pipeline.engine.int8_range import x86_without_vnni
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.quantize import QuantizeConfig
+from specdec.pipeline.records.codec import dump
 from specdec.pipeline.records.decode import DecodeConfig
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
 from specdec.pipeline.settings.resolve import bundle_requirements
 from specdec.pipeline.tune import TuneConfig, tune_bundle
@@ -51,7 +53,7 @@ def test_every_linear_layer_is_int8_matmulinteger(w8a8) -> None:  # type: ignore
 
 
 def test_quality_perplexity_within_one_percent_and_lossless(w8a8) -> None:  # type: ignore[no-untyped-def]
-    report = w8a8[1].manifest.reports["quantize"]
+    report = dump(w8a8[1].manifest.reports)["quantize"]
     for graph in report["graphs"].values():
         assert abs(graph["perplexity_increase_pct"]) < 1.0
         assert 0 < graph["logits_error"] < 1  # what compile scales its int8-compute tolerance by
@@ -85,12 +87,13 @@ def test_fused_flavour_builds_it_and_speculation_equals_plain(w8a8) -> None:  # 
 
 def test_tune_plans_for_it_and_generate_with_the_plan_is_lossless(w8a8, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """`tune` measures the w8a8 bundle's own cost curve and stores a plan; decoding with it equals plain."""
-    tuned, plan = tune_bundle(TuneConfig(output=tmp_path / "tuned", max_new_tokens=12), w8a8[2])
+    tuned, plan = tune_bundle(TuneConfig(output=tmp_path / "tuned", decode=DecodeOptions(max_new_tokens=12)), w8a8[2])
     stored = Bundle.load(tuned.path).manifest.plan
     assert stored is not None and stored.for_device(plan.device) == plan
     assert plan.plain_step_ms > 0 and len(plan.verify_ms) > 1 and plan.exact_layout
     # speculative=True: the plan's tree even where it predicts that plain decoding is as fast
-    settings = generate_settings(GenerateConfig(max_new_tokens=16, speculative=True), tuned, load_device("local-cpu"),
+    settings = generate_settings(GenerateConfig(decode=DecodeOptions(max_new_tokens=16, speculative=True)), tuned,
+                                 load_device("local-cpu"),
                                  None)
     assert settings.plan == plan and settings.config.exact_layout
     engine = Generator(tuned).engine
@@ -101,12 +104,12 @@ def test_tune_plans_for_it_and_generate_with_the_plan_is_lossless(w8a8, tmp_path
 
 def test_bad_settings(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="method gptq does not apply to format w8a8"):
-        QuantizeConfig(output=tmp_path / "x", format="w8a8", method="gptq")
+        QuantizeConfig.from_text(output=tmp_path / "x", format="w8a8", method="gptq")
     with pytest.raises(InputError, match="w8a8_weight_bits 6 is not 7 or 8"):
-        QuantizeConfig(output=tmp_path / "x", format="w8a8", w8a8_weight_bits=6)
+        QuantizeConfig.from_text(output=tmp_path / "x", format="w8a8", w8a8_weight_bits=6)
     with pytest.raises(InputError, match="unknown weight format 'int3'"):
-        QuantizeConfig(output=tmp_path / "x", format="int3")
-    assert QuantizeConfig(output=tmp_path / "x").method_for("target").value == "awq"  # nbits default unchanged
+        QuantizeConfig.from_text(output=tmp_path / "x", format="int3")
+    assert QuantizeConfig.from_text(output=tmp_path / "x", format="nbits").method_for("target").value == "awq"
 
 
 def test_cli_and_inspect(bundle_factory, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -133,7 +136,7 @@ def test_npu_flavour_carries_it_and_speculation_equals_plain(w8a8, tmp_path: Pat
     config = CompileConfig(output=tmp_path / "npu", target=GraphFlavour.npu, buckets=(4, 8), draft_buckets=(1, 4),
                            max_context=96, context_buckets=(96,))
     static = compile_bundle(config, w8a8[1])
-    readiness = static.manifest.reports["compile"]["readiness"]
+    readiness = dump(static.manifest.reports)["compile"]["readiness"]
     assert all("ai.onnx:MatMulInteger" in r["providers"]["NNAPI"]["unsupported_ops"] for r in readiness.values())
     engine = Engine(static.path)
     for prompt in ([5, 6, 7], [11, 3]):
@@ -145,7 +148,7 @@ def test_npu_flavour_carries_it_and_speculation_equals_plain(w8a8, tmp_path: Pat
 def test_fused_target_computes_a_single_row_exactly(w8a8) -> None:  # type: ignore[no-untyped-def]
     """The attention pad row: plain steps of one row equal chain rows bit for bit, so the exact layout pads nothing."""
     _, _, fused = w8a8
-    assert fused.manifest.reports["compile"]["invariance"]["single_row"]
+    assert dump(fused.manifest.reports)["compile"]["invariance"]["single_row"]
     engine = Engine(fused.path)
     assert engine.target.single_row_exact and not engine.drafter.runner.single_row_exact  # type: ignore[union-attr]
     exact = DecodeConfig(max_new_tokens=20, exact_layout=True)
@@ -158,3 +161,17 @@ def test_fused_target_computes_a_single_row_exactly(w8a8) -> None:  # type: igno
         padded = engine.generate(prompt, replace(exact, speculative=False))
         engine.target.single_row_exact = True  # type: ignore[misc]
         assert one_row.output_ids == padded.output_ids == engine.generate(prompt, exact).output_ids
+
+
+def test_a_tree_near_the_context_end_fits_the_rotary_tables(w8a8) -> None:  # type: ignore[no-untyped-def]
+    """Issue 45: GroupQueryAttention checks a call's rows and its pad row against the rotary tables (`max_context`
+    rows), so the fused target's usable context ends one slot earlier; a reply near it used to die mid-generation
+    in the tree layout (onnxruntime: "cos_cache dimension 0 shall not be less than total_sequence_length")."""
+    _, _, fused = w8a8
+    engine = Engine(fused.path)
+    assert engine.target.max_context == fused.manifest.buckets.max_context - 1  # type: ignore[union-attr]
+    prompt = list(range(5, 5 + engine.max_context - 12))
+    replies = [engine.generate(prompt, DecodeConfig(max_new_tokens=30, exact_layout=layout, speculative=speculate))
+               for layout, speculate in ((False, True), (True, True), (True, False))]
+    assert {reply.stop_reason for reply in replies} == {"max_context"}
+    assert replies[0].output_ids == replies[1].output_ids == replies[2].output_ids

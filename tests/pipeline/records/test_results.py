@@ -7,14 +7,14 @@ import json
 import pytest
 
 from specdec.pipeline.records.codec import RecordError
-from specdec.pipeline.records.results import RESULTS_SCHEMA, Figures, read_figures, read_results
+from specdec.pipeline.records.results import RESULTS_SCHEMA, Figures, read_figures
 
 
-def test_schema_is_checked_before_anything_else() -> None:
-    with pytest.raises(RecordError, match="'specdec.bench/1' is not specdec.bench/4"):
-        read_results(json.dumps({"schema": "specdec.bench/1"}))
+def test_a_baseline_that_is_no_results_file_is_refused() -> None:
+    with pytest.raises(RecordError, match="'specdec.bench/0' is not one of"):
+        read_figures(json.dumps({"schema": "specdec.bench/0", "figures": {}}))
     with pytest.raises(RecordError, match="not JSON"):
-        read_results("{")
+        read_figures("{")
 
 
 def test_a_version_1_file_still_serves_as_a_baseline() -> None:

@@ -13,10 +13,9 @@ from specdec.pipeline.records.manifest import BucketTable, BucketVariant, Output
 from specdec.pipeline.settings.profiles import ScenarioProfile, load_device, load_scenario
 from specdec.pipeline.settings.resolve import (
     SETTING_KEYS,
-    Layer,
+    SettingsLayer,
     check_controllers,
     merge,
-    options_from,
     parse_controllers,
     resolve_decode,
 )
@@ -85,7 +84,11 @@ def test_a_bundle_without_a_draft_graph_drafts_with_lookup() -> None:
     fitted = resolve_decode({}, profile=profile, has_draft=False)
     assert fitted.config.drafter is DrafterKind.lookup
     assert fitted.sources["drafter"] == "bundle (no draft graph; defaults said model)"
-    assert fitted.notes == ["drafter model (defaults) needs a draft graph this bundle lacks; using lookup"]
+    assert fitted.notes == []  # lookup is such a bundle's default, not an override to warn about
+    asked = resolve_decode({}, profile=profile, scenario=ScenarioProfile(name="rag", drafter=DrafterKind.model),
+                           has_draft=False)
+    assert asked.config.drafter is DrafterKind.lookup
+    assert asked.notes == ["drafter model (scenario rag) needs a draft graph this bundle lacks; using lookup"]
     with pytest.raises(BundleError, match="no draft graph, so drafter model cannot run — pass drafter lookup"):
         resolve_decode({"drafter": "model"}, profile=profile, has_draft=False)
     plain = resolve_decode({"drafter": "model+lookup", "speculative": False}, profile=profile, has_draft=False)
@@ -96,21 +99,14 @@ def test_invalid_results_name_the_setting() -> None:
     with pytest.raises(InputError, match="max_new_tokens must be at least 1"):
         resolve_decode({"max_new_tokens": 0}, profile=load_device("local-cpu"))
     with pytest.raises(ValueError, match="unknown decode settings"):
-        Layer("options", {"tree_size": 3})  # layers are built in code: a typo is a bug
+        SettingsLayer("options", {"tree_size": 3})  # layers are built in code: a typo is a bug
 
 
-def test_merge_takes_the_first_value_and_options_from_reads_settings_fields() -> None:
-    values, sources = merge([Layer("a", {"depth": None, "width": 2}), Layer("b", {"depth": 5, "width": 9}),
-                             Layer("defaults", {k: 1 for k in SETTING_KEYS})])
+def test_merge_takes_the_first_value() -> None:
+    values, sources = merge([SettingsLayer("a", {"depth": None, "width": 2}),
+                             SettingsLayer("b", {"depth": 5, "width": 9}),
+                             SettingsLayer("defaults", {k: 1 for k in SETTING_KEYS})])
     assert (values["depth"], sources["depth"], values["width"], sources["width"]) == (5, "b", 2, "a")
-
-    @dataclass
-    class StageConfig:
-        depth: int | None = 3
-        drafter: str | None = "lookup"  # a DecodeConfig field since issue 17: read like the others
-        output: str = "x"  # not a setting: ignored
-
-    assert options_from(StageConfig()) == {"depth": 3, "drafter": "lookup"}
     assert set(SETTING_KEYS) >= {"tree_budget", "depth", "width", "max_k", "beta_base", "mode"}
     assert DecodeConfig().tree_budget == load_device("local-cpu").tree.budget
 

@@ -15,6 +15,7 @@ from specdec.pipeline.errors import BundleError
 from specdec.pipeline.generate.stage import GenerateConfig, generate_settings
 from specdec.pipeline.records.decode import DrafterKind
 from specdec.pipeline.records.plan import device_key
+from specdec.pipeline.settings.decode_options import DecodeOptions
 from specdec.pipeline.settings.profiles import load_device
 from specdec.pipeline.tune import TuneConfig, tune_bundle
 
@@ -25,7 +26,7 @@ runner = CliRunner()
 def tuned(bench_bundle_cpu, tmp_path_factory):  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("tune") / "tuned"
     before = sorted((p.name, p.stat().st_mtime_ns) for p in bench_bundle_cpu.path.rglob("*"))
-    bundle, plan = tune_bundle(TuneConfig(output=out, max_new_tokens=12), bench_bundle_cpu)
+    bundle, plan = tune_bundle(TuneConfig(output=out, decode=DecodeOptions(max_new_tokens=12)), bench_bundle_cpu)
     assert sorted((p.name, p.stat().st_mtime_ns) for p in bench_bundle_cpu.path.rglob("*")) == before  # input intact
     return bundle, plan
 
@@ -45,11 +46,12 @@ def test_tune_writes_a_new_bundle_with_the_plan(tuned) -> None:  # type: ignore[
 def test_generate_uses_the_plan_and_flags_override(tuned) -> None:  # type: ignore[no-untyped-def]
     bundle, plan = tuned
     profile = load_device("local-cpu")
-    settings = generate_settings(GenerateConfig(max_new_tokens=8), bundle, profile, None)
+    settings = generate_settings(GenerateConfig(decode=DecodeOptions(max_new_tokens=8)), bundle, profile, None)
     planned = plan.decode_settings()
     for key, value in planned.items():
         assert getattr(settings.config, key) == value and settings.sources[key] == "plan"
-    override = generate_settings(GenerateConfig(tree_budget=3, depth=2, width=1, speculative=True), bundle, profile,
+    override = generate_settings(GenerateConfig(decode=DecodeOptions(tree_budget=3, depth=2, width=1,
+                                                                     speculative=True)), bundle, profile,
                                  None)
     assert override.config.tree_budget == 3 and override.sources["tree_budget"] == "options"
     other_threads = generate_settings(GenerateConfig(threads=7), bundle, profile, None)
@@ -58,7 +60,8 @@ def test_generate_uses_the_plan_and_flags_override(tuned) -> None:  # type: igno
 
 def test_bench_uses_a_stored_plan(tuned, prompts_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     bundle, plan = tuned
-    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2, max_new_tokens=10), bundle)
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2,
+                                    decode=DecodeOptions(max_new_tokens=10)), bundle)
     report = outcome.results.plan
     assert report is not None and report.source == "bundle" and report.tuned is None
     assert report.choice == plan.choice and report.explanation
@@ -67,7 +70,8 @@ def test_bench_uses_a_stored_plan(tuned, prompts_file: Path, tmp_path: Path) -> 
 
 
 def test_bench_tunes_first_without_a_plan(bench_bundle_cpu, prompts_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2, max_new_tokens=10),
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2,
+                                    decode=DecodeOptions(max_new_tokens=10)),
                         bench_bundle_cpu)
     report = outcome.results.plan
     assert report is not None and report.source == "tuned on the device" and report.tuned is not None
@@ -86,7 +90,7 @@ def test_cli_tune_and_bad_input(bench_bundle_cpu, bundle_factory, tmp_path: Path
     target_only = Bundle.load(bench_bundle_cpu.path)
     target_only.manifest.graphs.pop("draft")
     with pytest.raises(BundleError, match="no draft graph"):
-        tune_bundle(TuneConfig(output=tmp_path / "x", drafter=DrafterKind.model), target_only)
+        tune_bundle(TuneConfig(output=tmp_path / "x", decode=DecodeOptions(drafter=DrafterKind.model)), target_only)
     assert not (tmp_path / "x").exists()
 
 
@@ -95,7 +99,7 @@ def test_tune_without_a_draft_graph_plans_prompt_lookup(pair_factory, tmp_path: 
 
     target, _ = pair_factory("llama")
     target_only = export_bundle(ExportConfig(target=str(target), output=tmp_path / "b"))
-    _, plan = tune_bundle(TuneConfig(output=tmp_path / "t", max_new_tokens=12), target_only)
+    _, plan = tune_bundle(TuneConfig(output=tmp_path / "t", decode=DecodeOptions(max_new_tokens=12)), target_only)
     assert set(plan.acceptance) == {"lookup(1-3)/w1", "lookup(1-3)/w2", "lookup(2-4)/w1", "lookup(2-4)/w2"}
     assert plan.choice.drafter in ("lookup", "none")
 
@@ -105,8 +109,8 @@ def test_bench_with_a_fixed_drafter_tunes_that_drafter(bench_bundle_cpu, tuned, 
     bundle, plan = tuned
     other = next(d for d in ("lookup", "model") if d != plan.choice.drafter)
     # the stored plan is for another drafter: its tree is not used, the device tunes the asked one
-    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2, max_new_tokens=10,
-                                    drafter=DrafterKind(other)), bundle)
+    outcome = run_bench(BenchConfig(output=tmp_path / "out", prompts=prompts_file, limit=2,
+                                    decode=DecodeOptions(max_new_tokens=10, drafter=DrafterKind(other))), bundle)
     report = outcome.results.plan
     assert report is not None and report.source == "tuned on the device" and report.tuned is not None
     assert {key.split("(")[0].split("/")[0] for key in report.tuned.acceptance} == {other}

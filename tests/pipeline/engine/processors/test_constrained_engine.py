@@ -29,7 +29,7 @@ SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):  # type: ignore[no-untyped-def]
-    bundle = export_bundle(ExportConfig(target="demo", output=tmp_path_factory.mktemp("demo") / "bundle"))
+    bundle = export_bundle(ExportConfig(target="demo-tiny", output=tmp_path_factory.mktemp("demo") / "bundle"))
     engine = Engine(bundle.path)
     return engine, TextCodec(engine.info.tokenizer_dir)
 

@@ -19,8 +19,9 @@ from specdec.pipeline.engine.tune.measure import (
     confirm,
     tune,
 )
-from specdec.pipeline.engine.tune.planner import Plan, TreeChoice
+from specdec.pipeline.engine.tune.planner import TreePlan
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
+from specdec.pipeline.records.plan import PlanChoice
 
 SMALL = TuneSettings(widths=(1, 2), max_budget=8, max_depth=3, max_new_tokens=12, repeats=2,
                      drafters=(DrafterKind.model,))
@@ -101,7 +102,7 @@ def test_tune_calibrates_every_drafter_and_plans_across_them(bundle_factory) -> 
     choice = result.plan.choice
     assert choice.predicted_speedup >= 1.0
     if choice.drafter == "lookup":
-        assert choice.lookup_ngrams in ((1, 3), (2, 4))
+        assert choice.lookup_ngrams in ([1, 3], [2, 4])
 
 
 def test_target_only_bundles_calibrate_lookup(bundle_factory) -> None:  # type: ignore[no-untyped-def]
@@ -117,8 +118,8 @@ def test_target_only_bundles_calibrate_lookup(bundle_factory) -> None:  # type: 
 
 def test_apply_choice_sets_the_drafter_unless_pinned() -> None:
     base = DecodeConfig()
-    tree = TreeChoice("lookup", budget=6, depth=5, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.4,
-                      lookup_ngrams=(2, 4))
+    tree = PlanChoice("lookup", budget=6, depth=5, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.4,
+                      lookup_ngrams=[2, 4])
     applied = apply_choice(base, tree)
     assert (applied.drafter, applied.lookup_min_ngram, applied.lookup_max_ngram) == (DrafterKind.lookup, 2, 4)
     pinned = apply_choice(base, tree, frozenset({"drafter", "lookup_min_ngram"}))
@@ -127,7 +128,7 @@ def test_apply_choice_sets_the_drafter_unless_pinned() -> None:
 
 def test_apply_choice_respects_pinned_fields() -> None:
     base = DecodeConfig(tree_budget=16, depth=6, width=4)
-    tree = TreeChoice("model", budget=5, depth=3, width=2, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.3)
+    tree = PlanChoice("model", budget=5, depth=3, width=2, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.3)
     applied = apply_choice(base, tree)
     assert (applied.tree_budget, applied.depth, applied.width, applied.speculative) == (5, 3, 2, True)
     pinned = apply_choice(base, tree, frozenset({"depth"}))
@@ -137,10 +138,10 @@ def test_apply_choice_respects_pinned_fields() -> None:
     assert apply_choice(base, plain, frozenset({"tree_budget"})).speculative  # the user asked for a tree
 
 
-def _plan(*speedups: float) -> Plan:
-    trees = [TreeChoice("model", budget=2 + i, depth=1 + i, width=1, expected_tokens=2.0, round_ms=1.0,
+def _plan(*speedups: float) -> TreePlan:
+    trees = [PlanChoice("model", budget=2 + i, depth=1 + i, width=1, expected_tokens=2.0, round_ms=1.0,
                         predicted_speedup=speedup) for i, speedup in enumerate(speedups)]
-    return Plan(trees[0], plain_step_ms=1.0, candidates=trees)
+    return TreePlan(trees[0], plain_step_ms=1.0, candidates=trees)
 
 
 def test_a_plan_that_measures_slower_than_plain_gives_way(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -170,7 +171,7 @@ def test_plain_decoding_when_no_candidate_measures_faster(monkeypatch) -> None: 
 
 def test_measured_speedup_decodes_both_ways(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
-    choice = TreeChoice("model", budget=4, depth=3, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.5)
+    choice = PlanChoice("model", budget=4, depth=3, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.5)
     speedup = measure.measured_speedup(engine, _prompts(engine.vocab), DecodeConfig(max_new_tokens=8), choice, 1)
     assert 0.05 < speedup < 20.0  # a ratio of two real, positive rates
 

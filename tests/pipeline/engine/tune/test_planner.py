@@ -101,5 +101,5 @@ def test_rounds_that_proposed_less_cost_a_smaller_verify() -> None:
     assert lookup.verify_ms(4, 3, curve, min_rows=2) == (16.0 + 3 * 12.0) / 4  # the exact layout pads a lone root
     plan = plan_tree([lookup], curve, plain_step_ms=10.0)
     # 1 + 3/4 tokens per round for 0.05 + 11.5 ms: 1.52x, where charging every round c(4) would say 1.09x
-    assert plan.choice.drafter == "lookup" and plan.choice.lookup_ngrams == (1, 3)
+    assert plan.choice.drafter == "lookup" and plan.choice.lookup_ngrams == [1, 3]
     assert plan.choice.predicted_speedup == pytest.approx(1.75 * 10.0 / 11.55, abs=1e-3)

@@ -14,10 +14,10 @@ import numpy as np
 
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.decoder import Decoder
+from specdec.pipeline.records.draft_spec import DraftSpec
 from specdec.pipeline.records.manifest import (
     BucketTable,
     CustomOps,
-    DraftSpec,
     Manifest,
     Quantization,
     read_manifest,
