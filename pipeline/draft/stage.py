@@ -1,9 +1,10 @@
 """`specdec draft TARGET -o DRAFT_DIR`: a draft made from the target, for users who have none.
 
-Structured pruning at the target's width (pruning.py), then distillation on the target's own text
-(distill.py); the output is a Hugging Face checkpoint (config, safetensors in the target's dtype,
-the target's tokenizer) whose embedding, final norm and head are the target's tensors bit for bit,
-plus `draft_report.json` (report.py). `specdec export TARGET --draft DRAFT_DIR` takes it.
+Two kinds (`DraftMethod`): a feature draft (feature_stage.py, EAGLE-style: one decoder layer over
+the target's own hidden states) or a pruned one, below. Structured pruning at the target's width
+(pruning.py), then distillation on the target's own text (distill.py); the output is a Hugging
+Face checkpoint (config, safetensors in the target's dtype, the target's tokenizer) whose
+embedding, final norm and head are the target's tensors bit for bit, plus `draft_report.json` (report.py). `specdec export TARGET --draft DRAFT_DIR` takes it.
 
 The output is staged and renamed into place at the end; the training state is checkpointed next
 to it (`.NAME.draft-state.pt`) every few minutes and removed on success, so `--resume` continues
@@ -13,6 +14,7 @@ an interrupted run to the same weights.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 import logging
@@ -26,6 +28,7 @@ from typing import Any
 
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.draft import budget, distill, pruning, report
+from specdec.pipeline.draft.clock import ClockKind
 from specdec.pipeline.draft.text import read_tokens
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.progress import Progress, SilentProgress
@@ -36,10 +39,23 @@ DEMO_NAME = "demo"
 STATE_VERSION = 1
 
 
+class DraftMethod(enum.StrEnum):
+    """How the draft is made."""
+
+    feature = "feature"  # EAGLE-style: one decoder layer over the target's hidden states (feature_stage.py)
+    pruned = "pruned"  # the target pruned at its width, then distilled (this module)
+
+
+# options that only one kind reads: given to the other, they are an error, not ignored
+_KIND_OPTIONS = {DraftMethod.pruned: ("size", "heads", "ffn"),
+                 DraftMethod.feature: ("clock", "vocab_size", "prompts", "answer_tokens", "data")}
+
+
 @dataclass(frozen=True)
 class DraftConfig:
     target: str
     output: Path
+    kind: DraftMethod = DraftMethod.pruned
     size: float | None = None  # share of the target's decoder-layer weights (default DEFAULT_SIZE) for what
     # layers / ffn leave open
     layers: int | None = None  # decoder layers kept (default: as many as `size` allows)
@@ -53,12 +69,23 @@ class DraftConfig:
     batch: int = 16
     lr: float = 1e-3
     seed: int = 0
-    threads: int | None = None  # torch threads (default: torch's)
+    threads: int | None = None  # torch threads (default: the cores other processes leave idle)
     checkpoint_minutes: float = 3.0
     resume: bool = False
     force: bool = False
+    # feature drafts only
+    clock: ClockKind | None = None  # what `minutes` counts: wall time (default), or CPU time / threads (clock.py)
+    vocab_size: int | None = None  # rows of the draft's head: the most frequent tokens of the target's answers
+    prompts: int | None = None  # at most this many prompts answered (default: as many as the budget allows)
+    answer_tokens: int | None = None  # tokens an answer may take (default feature_stage.ANSWER_TOKENS)
+    data: Path | None = None  # keep the target's answers here, and reuse them when they match
 
     def __post_init__(self) -> None:
+        for kind, keys in _KIND_OPTIONS.items():
+            given = [key for key in keys if getattr(self, key) is not None]
+            if given and self.kind is not kind:
+                raise InputError(f"{', '.join(setting(k) for k in given)} only apply to {setting('kind')} {kind}",
+                                 f"drop them, or pass {setting('kind')} {kind}")
         if self.size is not None and self.layers is not None:
             raise InputError(f"{setting('size')} and {setting('layers')} contradict each other",
                              "give the draft's size either as a fraction or as a layer count")
@@ -75,6 +102,9 @@ class DraftConfig:
             ("lr", self.lr > 0, "pass a positive learning rate"),
             ("threads", self.threads is None or self.threads >= 1, "pass 1 or more"),
             ("checkpoint_minutes", self.checkpoint_minutes >= 0, "pass 0 (never) or more"),
+            ("vocab_size", self.vocab_size is None or self.vocab_size >= 2, "pass 2 or more tokens"),
+            ("prompts", self.prompts is None or self.prompts >= 1, "pass 1 or more"),
+            ("answer_tokens", self.answer_tokens is None or self.answer_tokens >= 2, "pass 2 or more"),
         ]
         for key, ok, fix in checks:
             if not ok:
@@ -82,15 +112,20 @@ class DraftConfig:
 
     @property
     def budget_minutes(self) -> float | None:
-        return self.minutes if self.minutes is not None or self.steps is not None else DEFAULT_MINUTES
+        default = FEATURE_MINUTES if self.kind is DraftMethod.feature else DEFAULT_MINUTES
+        return self.minutes if self.minutes is not None or self.steps is not None else default
 
     def record(self) -> dict[str, Any]:
         """What decides the weights (the checkpoint must have been made with the same)."""
         keep = ("size", "layers", "heads", "ffn", "samples", "seq", "batch", "lr", "seed", "steps", "minutes")
-        return {key: getattr(self, key) for key in keep} | {"calib": str(self.calib) if self.calib else None}
+        extra = {"kind": str(self.kind), "clock": str(self.clock)} if self.kind is DraftMethod.feature else {}
+        if self.kind is DraftMethod.feature:
+            keep = ("layers", "lr", "seed", "steps", "minutes", "vocab_size", "prompts", "answer_tokens")
+        return {key: getattr(self, key) for key in keep} | {"calib": str(self.calib) if self.calib else None} | extra
 
 
 DEFAULT_MINUTES = 15.0
+FEATURE_MINUTES = 30.0  # the feature kind's default budget (feature_stage.py says how it is spent)
 # chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS.md, "specdec draft: smaller
 # sizes against the demo draft"): 0.1 keeps all 4 of its working layers (agreement 0.85-1.0 with
 # the target; faster than the demo draft in 6 of 6 turns, float and w8a8: "specdec draft with its
@@ -174,6 +209,10 @@ def make_draft(config: DraftConfig, progress: Progress | None = None,
     threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
     try:
+        if config.kind is DraftMethod.feature:  # the one other kind; imported here: it imports this module
+            from specdec.pipeline.draft.feature_stage import make_feature_draft
+
+            return make_feature_draft(config, progress)
         return _make_draft(config, progress, step_cost)
     finally:
         torch.set_num_threads(threads)  # config.threads is this run's, not the process's
