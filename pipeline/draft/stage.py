@@ -4,7 +4,8 @@ Two kinds (`DraftMethod`): a feature draft (feature_stage.py, EAGLE-style: one d
 the target's own hidden states) or a pruned one, below. Structured pruning at the target's width
 (pruning.py), then distillation on the target's own text (distill.py); the output is a Hugging
 Face checkpoint (config, safetensors in the target's dtype, the target's tokenizer) whose
-embedding, final norm and head are the target's tensors bit for bit, plus `draft_report.json` (report.py). `specdec export TARGET --draft DRAFT_DIR` takes it.
+embedding, final norm and head are the target's tensors bit for bit, plus `draft_report.json`
+(report.py). `specdec export TARGET --draft DRAFT_DIR` takes it.
 
 The output is staged and renamed into place at the end; the training state is checkpointed next
 to it (`.NAME.draft-state.pt`) every few minutes and removed on success, so `--resume` continues
