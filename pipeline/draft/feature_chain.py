@@ -32,24 +32,23 @@ def chain_mask(length: int, depth: int, dtype: torch.dtype, batch: int) -> torch
     return mask[None, None].expand(batch, 1, length, depth * length)
 
 
-def chain(draft: Any, input_ids: torch.Tensor, features: torch.Tensor,
-          depth: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """[(logits [b, T, V'], hidden_out [b, T, H]) for depth 1..depth] over rows (input_ids [b, T + depth - 1],
-    features [b, T, H]: f_{t-1}): depth d's row t reads input_ids[:, t + d - 1]."""
+def chain(draft: Any, input_ids: torch.Tensor, features: torch.Tensor, depth: int) -> list[torch.Tensor]:
+    """[hidden_out [b, T, H] for depth 1..depth] over rows (input_ids [b, T + depth - 1], features [b, T, H]:
+    f_{t-1}): depth d's row t reads input_ids[:, t + d - 1]. The logits are the caller's to form
+    (`draft.lm_head(draft.model.norm(hidden))`): a trainer forms them chunk by chunk with its loss."""
     from transformers import DynamicCache
 
     batch, length = features.shape[:2]
     cache = DynamicCache(config=draft.llama)
     positions = torch.arange(length, dtype=torch.int64)[None].expand(batch, length)
-    outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+    outputs: list[torch.Tensor] = []
     feature = features
     for level in range(1, depth + 1):
         tokens = input_ids[:, level - 1:level - 1 + length]
         mask = None if level == 1 else chain_mask(length, level, _mask_dtype(draft, feature), batch)
-        logits, hidden = draft(tokens, feature, position_ids=positions + (level - 1), attention_mask=mask,
-                               cache=cache)
-        outputs.append((logits, hidden))
-        feature = hidden
+        feature = draft.hidden_out(tokens, feature, position_ids=positions + (level - 1), attention_mask=mask,
+                                   cache=cache)
+        outputs.append(feature)
     return outputs
 
 

@@ -38,15 +38,15 @@ def match_table(draft: Any, row: Row, depth: int, bf16: bool = False) -> tuple[t
     features[0, 1:] = row.features[:count - 1].float()
     context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False)
     with context:
-        outputs = chain(draft, input_ids, features, depth)
+        outputs = [draft.lm_head(draft.model.norm(h))[0].float() for h in chain(draft, input_ids, features, depth)]
     vocab = draft.vocab
     labels = torch.full((count + depth - 1,), -1, dtype=torch.int64)
     labels[:count] = row.labels
     match = torch.zeros(count, depth, dtype=torch.bool)
-    for level, (logits, _) in enumerate(outputs, start=1):
-        guess = vocab[logits[0].float().argmax(-1)]
+    for level, logits in enumerate(outputs, start=1):
+        guess = vocab[logits.argmax(-1)]
         match[:, level - 1] = guess == labels[level - 1:level - 1 + count]
-    first = outputs[0][0][0].float()
+    first = outputs[0]
     inside = torch.isin(row.labels, vocab)
     index = torch.searchsorted(vocab, row.labels.clamp(max=int(vocab[-1])))
     index = index.clamp(max=len(vocab) - 1)

@@ -1,6 +1,7 @@
 """Training a feature draft on the target's answers (feature_data.py): the losses EAGLE describes.
 
-Per draft row t (token x_t, the target's feature f_{t-1}; feature_model's alignment) three terms,
+Per draft row t (token x_t, the target's feature f_{t-1}; feature_model's alignment) three terms
+(the first two formed together, chunk by chunk: feature_loss.py),
 weighted by the row's kind (answer rows 1, prompt rows `prompt_weight`):
 
 - cross-entropy against the target's greedy token after x_t (what greedy verification accepts),
@@ -36,6 +37,7 @@ import torch.nn.functional as F
 
 from specdec.pipeline.draft.feature_chain import chain
 from specdec.pipeline.draft.feature_data import Row
+from specdec.pipeline.draft.feature_loss import head_loss
 from specdec.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -129,39 +131,34 @@ def collate(rows: Sequence[Row], index: Sequence[int], vocab_map: torch.Tensor, 
 
 def losses(draft: Any, head: torch.Tensor, batch: Batch,
            settings: TrainSettings) -> tuple[torch.Tensor, dict[str, float]]:
-    """The weighted loss of a batch and its parts (per depth: ce, kd, feature, top-1 accuracy)."""
+    """The weighted loss of a batch and its parts (per depth: ce, feature, top-1 accuracy). The head's
+    terms are formed chunk by chunk (feature_loss.py); padding rows (weight 0) are left out."""
     length = batch.features_in.shape[1]
-    with _autocast(settings.bf16):
-        outputs = chain(draft, batch.input_ids, batch.features_in, settings.depth)
     total = torch.zeros(())
     stats: dict[str, float] = {}
-    for level, (logits, hidden) in enumerate(outputs, start=1):
+    dtype = torch.bfloat16 if settings.bf16 else torch.float32
+    with _autocast(settings.bf16):
+        outputs = chain(draft, batch.input_ids, batch.features_in, settings.depth)
+    for level, hidden in enumerate(outputs, start=1):
         shift = level - 1
-        labels = batch.labels[:, shift:shift + length]
         weights = batch.weights[:, shift:shift + length]
-        target = batch.features_out[:, shift:shift + length]
+        keep = weights > 0
+        weights = weights[keep]
         norm = weights.sum().clamp(min=1.0)
-        logp = logits.float().log_softmax(-1)
-        inside = labels >= 0
-        ce = -(logp.gather(-1, labels.clamp(min=0)[..., None])[..., 0] * weights * inside).sum() / norm
-        term = ce
         with torch.no_grad():
-            normed_target = draft.model.norm(target)
-        if settings.kd_weight > 0:
-            with torch.no_grad():
-                teacher = F.linear(normed_target, head).float().softmax(-1)
-            kd = -((teacher * logp).sum(-1) * weights).sum() / norm
-            term = term + settings.kd_weight * kd
-            stats[f"kd{level}"] = float(kd.detach())
+            normed_target = draft.model.norm(batch.features_out[:, shift:shift + length][keep])
+        normed = draft.model.norm(hidden[keep].float())
+        term, head_stats = head_loss(normed, normed_target, head, batch.labels[:, shift:shift + length][keep],
+                                     weights, kd=settings.kd_weight, dtype=dtype)
+        term = term / norm
         if settings.feature_weight > 0:
-            regression = F.smooth_l1_loss(draft.model.norm(hidden.float()), normed_target, reduction="none").mean(-1)
+            regression = F.smooth_l1_loss(normed, normed_target, reduction="none").mean(-1)
             feat = (regression * weights).sum() / norm
             term = term + settings.feature_weight * feat
             stats[f"feat{level}"] = float(feat.detach())
         total = total + settings.depth_decay ** shift * term
-        hits = ((logits.argmax(-1) == labels) & inside).float()
-        stats[f"ce{level}"] = float(ce.detach())
-        stats[f"acc{level}"] = float((hits * weights).sum() / norm)
+        stats[f"ce{level}"] = head_stats.ce
+        stats[f"acc{level}"] = head_stats.accuracy
     return total, stats
 
 
