@@ -290,13 +290,19 @@ class FeatureDraft(torch.nn.Module):
         `position_ids` (default: after the cache's rows). `attention_mask`: additive [b, 1, q, past + q]
         (default causal over a fully visible past); `cache`: a transformers DynamicCache the rows
         are appended to (None: no past)."""
+        x = self.hidden_out(input_ids, hidden_states, position_ids, attention_mask, cache)
+        return self.lm_head(self.model.norm(x)), x
+
+    def hidden_out(self, input_ids: torch.Tensor, hidden_states: torch.Tensor, position_ids: torch.Tensor | None = None,
+                   attention_mask: torch.Tensor | None = None, cache: Any = None) -> torch.Tensor:
+        """`forward` without the head: hidden_out alone (a trainer forms the logits its own way)."""
         batch, q = input_ids.shape
         past = cache.get_seq_length() if cache is not None else 0
         embedded = self.model.embed_tokens(input_ids)
         feature = hidden_states.to(embedded.dtype)
         if self.embed_norm is not None and self.feature_norm is not None:
             embedded, feature = self.embed_norm(embedded), self.feature_norm(feature)
-        x = self.fc(torch.cat([embedded, feature], dim=-1))
+        x: torch.Tensor = self.fc(torch.cat([embedded, feature], dim=-1))
         if position_ids is None:
             position_ids = torch.arange(past, past + q, dtype=torch.int64).unsqueeze(0).expand(batch, q)
         if attention_mask is None:
@@ -306,7 +312,7 @@ class FeatureDraft(torch.nn.Module):
             x = layer_output(layer(x, attention_mask=attention_mask, position_ids=position_ids,
                                    use_cache=cache is not None, position_embeddings=embeddings,
                                    **{self._cache_kwarg: cache}))
-        return self.lm_head(self.model.norm(x)), x
+        return x
 
     # -- files ---------------------------------------------------------------------------------
     def state_for_file(self) -> dict[str, torch.Tensor]:
