@@ -125,8 +125,7 @@ def _check_pair_before_export(config: ExportConfig) -> tuple[dict[str, ckpt.Chec
 
 def _input_paths(config: ExportConfig) -> tuple[Path, ...]:
     """The checkpoints the export reads, where they are on this machine (the output may not touch them)."""
-    paths = (ckpt.demo_dir(role) if spec == ckpt.DEMO_NAME else Path(spec).expanduser()
-             for role, spec in config.sources().items())
+    paths = (Path(locate(spec, role).path) for role, spec in config.sources().items())
     return tuple(path for path in paths if path.exists())
 
 
