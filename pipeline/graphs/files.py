@@ -44,7 +44,9 @@ def load_graph(path: Path, *, weights: bool = True) -> onnx.ModelProto:
     from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
     try:
-        return onnx.load(str(path), load_external_data=weights)
+        # format pinned: onnx.load otherwise picks a text or JSON parser by the file's suffix, and a
+        # manifest may name any file of the bundle (manifest.json itself)
+        return onnx.load(str(path), format="protobuf", load_external_data=weights)
     except DecodeError as exc:
         raise BundleError(f"'{path}' is not an ONNX graph ({exc})", "re-create the bundle") from None
 

@@ -1,4 +1,4 @@
-"""Issue 45, hostile bundles: a bundle is data a user may have received from someone else, so its manifest may
+"""Hostile bundles: a bundle is data a user may have received from someone else, so its manifest may
 direct no read or write outside its directory (the path policy of docs/bundles.md, checked when the manifest
 is read) and a graph entry that is not what it claims is named before it runs. Every case: one line, exit 3,
 no output, input bytes unchanged, and the file outside the bundle untouched."""

@@ -1,4 +1,4 @@
-"""Issue 45's property test: random edits of a real bundle's manifest (paths, hashes, types, sizes, keys) and random
+"""Property test: random edits of a real bundle's manifest (paths, hashes, types, sizes, keys) and random
 bytes in a prompts file, run through the commands that read and write them. Whatever the edit, a command either
 succeeds or prints one line with an exit code the README documents; it never prints a traceback, never writes
 outside its output and never changes a byte of its input. Seeded, so a failure repeats; well under a minute."""

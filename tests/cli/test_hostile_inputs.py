@@ -1,4 +1,4 @@
-"""Issue 45, hostile inputs besides bundles and outputs: text files that are not UTF-8 text, arguments that are
+"""Hostile inputs besides bundles and outputs: text files that are not UTF-8 text, arguments that are
 not UTF-8, an ASCII-only stdout, settings that cannot work, constraints no reply can meet, checkpoints whose
 weights do not match their config. Each is one line with the documented exit code (README), before any work,
 nothing written, the input unchanged."""
@@ -156,9 +156,9 @@ def test_draft_reads_checkpoints_by_the_same_rules(pair_factory, tmp_path: Path,
     assert snapshot(tmp_path) == before
 
 
-def test_a_gguf_file_given_to_export(tmp_path: Path) -> None:
+def test_a_damaged_gguf_file_given_to_export(tmp_path: Path) -> None:
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(b"GGUF" + bytes(60))
     line = one_line(runner.invoke(app, ["export", str(gguf), "-o", str(tmp_path / "out")]), BAD_INPUT)
-    assert "is a GGUF file; export reads Hugging Face checkpoint directories" in line
+    assert "cannot read target GGUF file" in line and "truncated or not a GGUF file" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.gguf"]

@@ -1,4 +1,4 @@
-"""Issue 45, outputs: no output may equal, contain or lie inside an input; --force replaces only what specdec
+"""Hostile outputs: no output may equal, contain or lie inside an input; --force replaces only what specdec
 wrote; one writer at a time; SIGTERM/SIGHUP clean up like Ctrl-C and a killed writer's leftovers are swept;
 a write the OS refuses (a file-size limit) is one line naming the path. The staging rules themselves are
 tested in tests/pipeline/bundle/test_staging.py; here they are run through the commands."""

@@ -1,4 +1,4 @@
-"""What every hostile-input test asserts (issue 45): one line, the documented exit code, no traceback,
+"""What every hostile-input test asserts: one line, the documented exit code, no traceback,
 nothing written outside the output, every input byte unchanged."""
 
 from __future__ import annotations

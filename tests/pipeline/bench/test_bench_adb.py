@@ -155,7 +155,7 @@ def _tree(root: Path) -> set[str]:
 
 def test_a_bench_leaves_nothing_on_the_device(adb_environ, make_standin, bench_bundle_cpu, prompts_file,  # type: ignore[no-untyped-def]
                                               tmp_path) -> None:
-    """Issue 45: the device's tree after a run equals the tree before it. onnxruntime keeps telemetry state
+    """The device's tree after a run equals the tree before it. onnxruntime keeps telemetry state
     from its import on (`.ses` in $TMPDIR, `.cache/Microsoft/...` in $HOME): the probe and the runner run
     with it off, the runner's HOME, TMPDIR and caches in the work dir, which goes, and its parent too."""
     device = make_standin(python=sys.executable)

@@ -164,7 +164,7 @@ def test_fused_target_computes_a_single_row_exactly(w8a8) -> None:  # type: igno
 
 
 def test_a_tree_near_the_context_end_fits_the_rotary_tables(w8a8) -> None:  # type: ignore[no-untyped-def]
-    """Issue 45: GroupQueryAttention checks a call's rows and its pad row against the rotary tables (`max_context`
+    """GroupQueryAttention checks a call's rows and its pad row against the rotary tables (`max_context`
     rows), so the fused target's usable context ends one slot earlier; a reply near it used to die mid-generation
     in the tree layout (onnxruntime: "cos_cache dimension 0 shall not be less than total_sequence_length")."""
     _, _, fused = w8a8
