@@ -37,6 +37,12 @@ INT8_COMPUTE_TOLERANCE = 2e-2
 # logits by 0.149 and the fused graph differed from the dynamic one by 0.0517; on the
 # tiny test models the fixed 2e-2 is the larger bound and stays.
 INT8_ERROR_FRACTION = 0.5
+# A feature draft's features are the residual stream before the final norm, which carries massive
+# activations: summation-order roundoff over SmolLM2-135M's 30 layers moved its float32 features by
+# 1.33e-5 of their maximum (2.7e3) while its normed logits stayed at 6.1e-6. The features only feed
+# the draft, so a difference there changes what it proposes, never the output (verification reads
+# the target's logits); they are held to this bound or the logits', whichever is looser.
+FEATURE_TOLERANCE = 1e-4
 _RANKED = 8  # candidates per row whose order decides the ops (the prune op's max_k)
 TREE_PARENTS = np.array([-1, 0, 0, 1, 1, 2, 4, 6], np.int64)
 _PROMPT = 11
@@ -138,8 +144,13 @@ def validate_fused(dynamic: GraphInfo, fused: Runner, *, vocab: int, seed: int =
                                      extra_inputs=op_inputs or None, extra_outputs=names)
         assert want is not None and got is not None
         diff = _relative(got, want)
-        if layer_output is not None:  # the features: held to the logits' tolerance
-            diff = max(diff, _relative(got_ops[layer_output], want_ops[layer_output]))
+        if layer_output is not None:
+            features = _relative(got_ops[layer_output], want_ops[layer_output])
+            if not np.isfinite(features) or features > max(tolerance, FEATURE_TOLERANCE):
+                raise ValidationError(f"fused {dynamic.role} graph: {case} '{layer_output}' differs from the dynamic "
+                                      f"graph by {features:.3g} (relative; tolerance "
+                                      f"{max(tolerance, FEATURE_TOLERANCE):.3g})",
+                                      "report this with SPECDEC_DEBUG=1 output")
         if not np.isfinite(diff) or diff > tolerance:
             raise ValidationError(f"fused {dynamic.role} graph: {case} logits differ from the dynamic graph by "
                                   f"{diff:.3g} (relative; tolerance {tolerance:.3g}"
