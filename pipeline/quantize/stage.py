@@ -122,7 +122,7 @@ def _nbits_record(model: onnx.ModelProto, role: str, spec: GraphSpec, plans: lis
         group_size=config.group_size or "auto",
         symmetric=config.symmetric,
         accuracy_level=config.accuracy_level,
-        embeddings=_quantize_embeddings(model, role, config, spec.vocab_size),
+        embeddings=_quantize_embeddings(model, role, spec, config),
         summary={label: sum(1 for r in layer_records.values() if r.bits == value)
                  for label, value in (("int4", 4), ("int8", 8), ("float", "float"))},
         layers={p.layer.name: layer_records[p.layer.name] for p in plans},
@@ -189,17 +189,23 @@ def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats |
     return Rewrite(layer, packed, result.input_scale, config.accuracy_level), record
 
 
-def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConfig,
-                         vocab_size: int) -> dict[str, LayerQuantization]:
+def _quantize_embeddings(model: onnx.ModelProto, role: str, spec: GraphSpec,
+                         config: QuantizeConfig) -> dict[str, LayerQuantization]:
     """Gather tables into GatherBlockQuantized (RTN) where `config.embeddings_on` says so, else float.
 
     The target's table gets 8 bits (rows are read exactly once per token: int8's ~0.3% weight error
-    is below the head's and the first block's), the draft's 4 (it only proposes)."""
+    is below the head's and the first block's), the draft's 4 (it only proposes). A feature draft's
+    table is the target's own (its rows are the target's vocabulary, whatever the draft's head
+    covers): it is quantized as the target's, to the same codes, which a compiled bundle then stores
+    once for both graphs (compile/fused/flavour.py)."""
     records: dict[str, LayerQuantization] = {}
     replacements = []
-    on = config.embeddings_on(vocab_size)
+    feature = calibration.reads_features(spec)
+    on = config.embeddings_on(spec.vocab_size)
     for table in find_embeddings(model):
-        bits = config.embedding_bits_for(role, table.name) if on else None
+        if feature:
+            on = config.embeddings_on(table.V)
+        bits = config.embedding_bits_for("target" if feature else role, table.name) if on else None
         block = _block_size(table.K, config.group_size)
         if bits is None or block is None:
             reason = ("--keep-float" if on and bits is None else
@@ -224,7 +230,7 @@ def _quantize_graph_w8a8(model: onnx.ModelProto, source: Path, role: str, spec: 
                          progress: Progress) -> GraphQuantization:
     record = w8a8.quantize_graph(model, role, [plan.layer for plan in plans], config, progress, source.parent)
     load_external_data(model, source.parent)  # as in _quantize_graph: the rest, now the layers are gone
-    record.embeddings = _quantize_embeddings(model, role, config, spec.vocab_size)
+    record.embeddings = _quantize_embeddings(model, role, spec, config)
     return record
 
 

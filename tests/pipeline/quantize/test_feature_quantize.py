@@ -50,3 +50,29 @@ def test_a_calibrated_method_reads_the_targets_features(feature_stages, tmp_path
     searched = [layer for layer in layers.values() if layer.alpha is not None]
     assert searched and all(np.isfinite(layer.alpha) for layer in searched)  # type: ignore[arg-type]
     assert dump(bundle.manifest.reports)["quantize"]["speculative"]["exact"]
+
+
+def test_a_feature_draft_reads_the_targets_quantized_table(feature_stages, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """With embeddings quantized, the draft's table (the target's own) gets the target's codes, not a draft's
+    4 bits: the compiled bundle then stores them once for both graphs."""
+    import onnx
+
+    from specdec.pipeline.compile import CompileConfig, GraphFlavour, compile_bundle
+
+    config = QuantizeConfig.from_text(output=tmp_path / "q", format="w8a8", quantize_embeddings=True)
+    quantized = quantize_bundle(config, feature_stages(("surgery",)))
+    graphs = quantized.manifest.quantization.graphs  # type: ignore[union-attr]
+    target, draft = ([record.bits for record in graphs[role].embeddings.values()] for role in ("target", "draft"))
+    assert target == draft == [8]
+    compiled = compile_bundle(CompileConfig(output=tmp_path / "c", target=GraphFlavour.cpu, max_context=64), quantized)
+
+    def places(role: str) -> dict[str, str]:
+        model = onnx.load(str(compiled.path / "cpu" / f"{role}.onnx"), load_external_data=False)
+        return {t.name: {e.key: e.value for e in t.external_data}["offset"] for t in model.graph.initializer
+                if t.data_location == onnx.TensorProto.EXTERNAL}
+
+    draft_graph = onnx.load(str(compiled.path / "cpu" / "draft.onnx"), load_external_data=False).graph
+    gathers = [node for node in draft_graph.node if node.op_type == "GatherBlockQuantized"]
+    assert gathers
+    target_places, draft_places = places("target"), places("draft")
+    assert draft_places[gathers[0].input[0]] in set(target_places.values())  # the codes, stored once
