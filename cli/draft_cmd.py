@@ -1,4 +1,4 @@
-"""`specdec draft TARGET -o DRAFT_DIR`: a draft made from the target (pruning + distillation)."""
+"""`specdec draft TARGET -o DRAFT_DIR`: a draft made from the target (a feature draft, or pruning + distillation)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,33 @@ from specdec.cli import options
 from specdec.cli.console import RichProgress, err
 from specdec.cli.render import human_bytes
 from specdec.pipeline.draft import DraftConfig, make_draft
+from specdec.pipeline.draft.clock import ClockKind
+from specdec.pipeline.draft.config import DraftMethod
+
+
+def feature_table(report: dict[str, Any]) -> Table:
+    """A feature draft's figures (feature_stage.py's report)."""
+    sizes, quality, data, made = report["sizes"], report["quality"], report["data"], report["draft"]
+    table = Table(title="feature draft made from the target", title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    chain = quality["chain"]["5"]
+    coverage = made["heldout_vocab_coverage"]
+    rows = [
+        ("reads the target's layer", str(made["feature_layer"])),
+        ("draft vocabulary", f"{made['vocab_size']} of {made['target_vocab_size']} tokens"
+                             + (f" ({coverage:.1%} of held-out answer tokens)" if coverage is not None else "")),
+        ("parameters stored (the embedding is the target's)", f"{sizes['own_params'] / 1e6:.2f}M "
+                                                              f"({human_bytes(sizes['own_bytes'])})"),
+        ("target's answers", f"{data['rows']} rows, {data['answer_tokens']} answer tokens ({data['dtype']})"),
+        ("held-out first-token acceptance", f"{quality['alpha1']:.3f} over {quality['positions']} positions"),
+        ("acceptance by depth 1-4", " / ".join(f"{a:.2f}" for a in quality["alpha_cond"][:4])),
+        ("5-token chain: tokens a round", f"{chain['tokens_per_round']:.2f}"),
+        ("training", f"{report['training']['steps']} steps; {report['minutes']:.1f} min ({report['clock']} clock)"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def draft_table(report: dict[str, Any]) -> Table:
@@ -45,6 +72,9 @@ def draft(
     target: Annotated[str, typer.Argument(help="Target checkpoint directory or .gguf file (llama, mistral, qwen2, "
                                                "qwen3), or a built-in: 'demo', 'demo-tiny'.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Draft checkpoint directory to write.")],
+    kind: DraftMethod = typer.Option(None, "--kind", help="feature: an EAGLE-style draft, one decoder layer over the "
+                                                          "target's hidden states; pruned: the target pruned at its "
+                                                          "width and distilled (default pruned)."),
     size: float = typer.Option(None, "--size", help="Draft's share of the target's decoder-layer weights, used for "
                                                     "what --layers/--ffn leave open (default 0.1)."),
     layers: int = typer.Option(None, "--layers", help="Decoder layers to keep, the most important by measured KL "
@@ -54,8 +84,19 @@ def draft(
     ffn: int = typer.Option(None, "--ffn", help="FFN channels to keep per layer, a multiple of 64 (default: those "
                                                 "holding 99% of the measured importance)."),
     calib: options.CalibText = None,
-    minutes: float = typer.Option(None, "--minutes", help="Time budget of the whole run, in minutes (default 15 "
-                                                          "unless --steps is given)."),
+    minutes: float = typer.Option(None, "--minutes", help="Time budget of the whole run, in minutes (default: 15 "
+                                                          "pruned, 30 feature; none when only --steps is given)."),
+    clock: ClockKind = typer.Option(None, "--clock", help="feature: what --minutes counts, wall time (default) or "
+                                                          "this process's CPU time per thread (a shared machine)."),
+    vocab_size: int = typer.Option(None, "--vocab-size", help="feature: rows of the draft's head, the target's most "
+                                                              "frequent answer tokens (default 8192)."),
+    prompts: int = typer.Option(None, "--prompts", help="feature: at most this many prompts answered by the target "
+                                                        "(default: what the budget allows)."),
+    answer_tokens: int = typer.Option(None, "--answer-tokens", help="feature: tokens an answer may take "
+                                                                    "(default 192)."),
+    data: Path = typer.Option(None, "--data", file_okay=False, help="feature: keep the target's answers in this "
+                                                                    "directory and reuse them in a later run with the "
+                                                                    "same seed and text."),
     steps: int = typer.Option(None, "--steps", help="Distillation steps (with --minutes: at most this many)."),
     samples: int = typer.Option(None, "--samples", help="Rows the target writes to distil on, sampled and as many "
                                                         "greedy continuations (default 512)."),
@@ -64,12 +105,18 @@ def draft(
                                                         "options): the weights equal an uninterrupted run's."),
     force: options.Force = False,
 ) -> None:
-    """Make a draft from the target: structured pruning, then distillation, sharing the target's tensors.
+    """Make a draft from the target: a feature draft over its hidden states, or the target pruned and distilled.
 
-    The draft is pruned at the target's width and distilled on the target's own text; its embedding,
-    final norm and head are the target's tensors, so `export` stores them once. --calib adds your text
-    to the target's own (default: none); --seed fixes the target's text and the training order."""
+    --kind feature (EAGLE-style): one decoder layer that reads the target's hidden states, trained on
+    the target's own answers to chat prompts (--calib text for a target without a chat template), its
+    head covering the target's most frequent answer tokens. --kind pruned: the draft is pruned at the
+    target's width and distilled on the target's own text; its embedding, final norm and head are the
+    target's tensors, so `export` stores them once; --calib adds your text to the target's own
+    (default: none). --seed fixes the target's text and the training order."""
     config = options.config_from(DraftConfig, locals())
     result = make_draft(config, progress=RichProgress())
-    err.print(draft_table(result.report))
+    err.print(TABLES.get(result.report.get("kind", "pruned"), draft_table)(result.report))
     err.print(f"wrote [bold]{result.path}[/] — pair it with `specdec export {target} --draft {result.path}`")
+
+
+TABLES = {"feature": feature_table, "pruned": draft_table}  # by the report's kind

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,8 +19,9 @@ def export(
     output: options.BundleOutput,
     draft: str = typer.Option(
         None, "--draft", "-d",
-        help="Draft checkpoint directory or .gguf file (default with 'demo-tiny': its draft; otherwise none: a "
-             "target-only bundle that speculates with --drafter lookup).",
+        help="Draft checkpoint directory or .gguf file, or a feature draft (EAGLE-style, docs/draft.md; the target "
+             "then also outputs its hidden states). Default with 'demo-tiny': its draft; otherwise none: a "
+             "target-only bundle that speculates with --drafter lookup.",
     ),
     no_draft: bool = typer.Option(False, "--no-draft", help="Export the target alone (also for 'demo-tiny')."),
     opset: int = typer.Option(18, help="ONNX opset."),
@@ -29,10 +31,15 @@ def export(
     share_tensors: bool = typer.Option(True, "--share-tensors/--no-share-tensors",
                                        help="Store tensors identical in target and draft once, in shared.data "
                                             "(--no-share-tensors: each graph holds its own copy)."),
+    draft_vocab: Path = typer.Option(
+        None, "--draft-vocab", dir_okay=False,
+        help="A reduced vocabulary for a model draft: target token ids (.npy, or whitespace-separated text) its "
+             "head keeps; it then proposes only those, and the target still verifies over every token. A feature "
+             "draft carries its own."),
 ) -> None:
-    """Export a Hugging Face or GGUF target (and draft) to a validated ONNX bundle."""
+    """Export a Hugging Face or GGUF target (and draft, or a feature draft) to a validated ONNX bundle."""
     config = ExportConfig(target=target, draft=draft, no_draft=no_draft, output=output, opset=opset, dtype=dtype,
-                          force=force, validate=validate, share_tensors=share_tensors)
+                          force=force, validate=validate, share_tensors=share_tensors, draft_vocab=draft_vocab)
     bundle = export_bundle(config, progress=RichProgress(stage="export"))
     export = bundle.manifest.reports.export
     report = export.validation if export is not None else None

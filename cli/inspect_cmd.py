@@ -44,6 +44,9 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
         kind = "format not recorded" if origin is None else origin.describe() + (
             f", dequantized to {spec.dtype} on export" if origin.format is CheckpointFormat.gguf else "")
         out.print(f"{role} from {escape(spec.source)}: {kind}", highlight=False)
+    draft = summary.get("draft")
+    if draft is not None:
+        out.print(draft_line(draft))
     shared = summary["reports"].get("export", {}).get("shared")
     if isinstance(shared, dict) and shared.get("file"):
         line = (f"shared by target and draft: {human_bytes(shared['bytes'])} in {shared['tensors']} tensors "
@@ -79,6 +82,16 @@ def render(summary: dict[str, Any], bundle: Bundle) -> None:
             worst = max(report["checks"], key=lambda c: c["max_abs_diff"])
             out.print(f"validation {role}: passed, worst {worst['case']}/{worst['output']} "
                       f"max |diff| {worst['max_abs_diff']:.2g}")
+
+
+def draft_line(draft: dict[str, Any]) -> str:
+    """What the draft is: a model or a feature draft (the layer it reads), and its vocabulary."""
+    kind = "model draft" if draft["kind"] == "model" else (
+        f"feature draft: reads the target's layer {draft['feature_layer']} output (before the final norm, "
+        f"width {draft['hidden_size']})")
+    vocab = (f"its vocabulary: {draft['vocab_size']} of the target's {draft['target_vocab_size']} tokens "
+             f"({escape(draft['vocab_file'])})" if draft["vocab_file"] else "its vocabulary: the target's")
+    return f"draft: {kind}; {vocab}"
 
 
 def _files(g: dict[str, Any]) -> str:

@@ -42,6 +42,63 @@ def bundle_factory(tmp_path_factory: pytest.TempPathFactory, pair_factory):  # t
 
 
 @pytest.fixture(scope="session")
+def feature_factory(tmp_path_factory, pair_factory):  # type: ignore[no-untyped-def]
+    """feature_factory(arch, vocab_step=1, copy_target=False, layers=1, **pair kwargs): the pair's target
+    with a feature draft (tiny_models.make_feature_draft), exported once per argument set."""
+    from support.tiny_models import make_feature_draft
+
+    from specdec.pipeline.bundle.store import Bundle
+    from specdec.pipeline.export import ExportConfig, export_bundle
+
+    cache: dict[tuple[object, ...], Bundle] = {}
+
+    def factory(arch: str = "llama", *, vocab_step: int = 1, copy_target: bool = False, layers: int = 1,
+                input_norms: bool = False, **kwargs: object) -> Bundle:
+        key = (arch, vocab_step, copy_target, layers, input_norms, *sorted(kwargs.items()))
+        if key not in cache:
+            target, _ = pair_factory(arch, **kwargs)
+            root = tmp_path_factory.mktemp(f"feature-{arch}")
+            draft = make_feature_draft(target, root / "draft", layers=layers, vocab_step=vocab_step,
+                                       copy_target=copy_target, input_norms=input_norms)
+            cache[key] = export_bundle(ExportConfig(target=str(target), draft=str(draft), output=root / "bundle"))
+        return cache[key]
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def feature_stages(feature_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """feature_stages(stages): the agreeing feature draft (its target's own layers, a confident target,
+    every second id as its vocabulary) after `stages`, a tuple of "surgery", "w8a8" or "nbits"
+    (quantize) and "cpu" (compile --target cpu, max context 128), each prefix built once."""
+    from specdec.pipeline.compile import CompileConfig, GraphFlavour, OutputFormat, compile_bundle
+    from specdec.pipeline.quantize import quantize_bundle
+    from specdec.pipeline.quantize.config import QuantizeConfig
+    from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle
+
+    cache: dict[tuple[str, ...], Any] = {}
+
+    def factory(stages: tuple[str, ...]) -> Any:
+        if stages not in cache:
+            if not stages:
+                cache[stages] = feature_factory(copy_target=True, head_scale=30.0, vocab_step=2)
+            else:
+                source = factory(stages[:-1])
+                out = tmp_path_factory.mktemp(f"feature-{'-'.join(stages)}") / "b"
+                step = stages[-1]
+                if step == "surgery":
+                    cache[stages] = surgery_bundle(SurgeryConfig(output=out), source)
+                elif step in ("w8a8", "nbits"):
+                    cache[stages] = quantize_bundle(QuantizeConfig.from_text(output=out, format=step), source)
+                else:
+                    cache[stages] = compile_bundle(CompileConfig(output=out, target=GraphFlavour(step),
+                                                                 format=OutputFormat.onnx, max_context=128), source)
+        return cache[stages]
+
+    return factory
+
+
+@pytest.fixture(scope="session")
 def surgered_bundle(bundle_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
     """The tiny llama pair, exported and surgered: what the compiled fixtures are compiled from."""
     from specdec.pipeline.surgery import SurgeryConfig, surgery_bundle

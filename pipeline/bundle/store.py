@@ -132,13 +132,16 @@ class Bundle:
     def runner_files(self, weight_format: str | None = None) -> list[str]:
         """The files a runner opens: the compiled graphs of a compiled bundle, else the dynamic graphs
         (with the tensors target and draft share); of a bundle that carries its target in several weight
-        formats, only `weight_format`'s (None: its own). What a device push carries besides the manifest."""
+        formats, only `weight_format`'s (None: its own); and a reduced draft vocabulary's file, through
+        which the engine maps the draft's candidates. What a device push carries besides the manifest."""
         manifest = self.manifest.with_format(weight_format)
+        vocab = manifest.draft_spec.vocab
+        extra = {vocab.file} if vocab is not None else set()
         if manifest.buckets is not None:
-            return manifest.buckets.files()
+            return sorted({*manifest.buckets.files(), *extra})
         files = graph_files(manifest.files, (spec.file for spec in manifest.graphs.values()))
         # tensors target and draft share (export): the graphs reference them in SHARED_DATA
-        return sorted({*files, SHARED_DATA}) if SHARED_DATA in manifest.files else files
+        return sorted({*files, *extra, *([SHARED_DATA] if SHARED_DATA in manifest.files else [])})
 
     def runner_bytes(self, weight_format: str | None = None) -> int:
         return sum(self.manifest.files[rel].size for rel in self.runner_files(weight_format))

@@ -92,7 +92,20 @@ def summarize(bundle: Bundle) -> dict[str, Any]:
         "quantization": dump(manifest.quantization),
         "buckets": dump(manifest.buckets),
         "plan": dump(manifest.plan),
+        "draft": draft_summary(manifest),
     }
+
+
+def draft_summary(manifest: Manifest) -> dict[str, Any] | None:
+    """The draft's kind, vocabulary and (a feature draft) the target layer it reads; None without a draft."""
+    graph = manifest.graphs.get("draft")
+    if graph is None:
+        return None
+    spec = manifest.draft_spec
+    target_vocab = manifest.graphs["target"].vocab_size
+    return {"kind": spec.kind.value, "vocab_size": graph.vocab_size, "target_vocab_size": target_vocab,
+            "vocab_file": spec.vocab.file if spec.vocab is not None else None,
+            "feature_layer": spec.feature_layer, "hidden_size": spec.hidden_size}
 
 
 def role_files(manifest: Manifest, role: str) -> list[str]:

@@ -38,7 +38,7 @@ from specdec.pipeline.checkpoints import builtin
 from specdec.pipeline.compile import CompileConfig, compile_bundle, compile_settings
 from specdec.pipeline.draft import DraftConfig, make_draft
 from specdec.pipeline.draft.report import read as read_draft_report
-from specdec.pipeline.draft.stage import resolve_target
+from specdec.pipeline.draft.target import resolve_target
 from specdec.pipeline.errors import BundleError, InputError
 from specdec.pipeline.export import ExportConfig, export_bundle
 from specdec.pipeline.progress import Progress, SilentProgress

@@ -26,7 +26,7 @@ from specdec.pipeline.compile.static.flavour import BUCKET_DIR, compile_static
 from specdec.pipeline.errors import BundleError, InputError, UnsupportedModelError, setting
 from specdec.pipeline.graphs.files import SHARED_DATA, graph_files
 from specdec.pipeline.progress import Progress, SilentProgress
-from specdec.pipeline.records.manifest import GraphFlavour
+from specdec.pipeline.records.manifest import GraphFlavour, OutputFormat
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,10 @@ def compile_settings(config: CompileConfig, manifest: Manifest) -> CompileSettin
                              f"window ({own})", f"use {setting('kv_window')} {own} or more")
     flavour, warning = _flavour(settings, manifest)
     if warning is None:
+        if config.format is None and manifest.draft_spec.is_feature:
+            # the fused target and feature draft store the tensors they share once, in an external-data
+            # file, which ORT format cannot reference (fused/flavour.py)
+            return dataclasses.replace(settings, format=OutputFormat.onnx)
         return settings
     # the fallback: check the npu flavour's settings too
     fallback = dataclasses.replace(config, target=flavour).resolve(model_context)
@@ -88,6 +92,11 @@ def compile_bundle(config: CompileConfig, source: Bundle, progress: Progress | N
     source.check_graphs()
     manifest = source.manifest.copy()
     settings = compile_settings(config, manifest)
+    if manifest.draft_spec.is_feature and settings.flavour is not GraphFlavour.cpu:
+        # its static bucket variants would need the features as one more static input and output per
+        # variant, and the static runner a feature row per slot: not built yet
+        raise UnsupportedModelError(f"the {settings.flavour.value} flavour cannot run a feature draft yet",
+                                    "compile with --target cpu (fused graphs; the feature draft included)")
     if manifest.variants and settings.flavour is not GraphFlavour.cpu:
         raise InputError(f"the {settings.flavour.value} flavour builds one weight format, and the bundle's target "
                          f"is in {', '.join(manifest.weight_formats())}",

@@ -1,9 +1,11 @@
 """`specdec draft TARGET -o DRAFT_DIR`: a draft made from the target, for users who have none.
 
-Structured pruning at the target's width (pruning.py), then distillation on the target's own text
-(distill.py); the output is a Hugging Face checkpoint (config, safetensors in the target's dtype,
-the target's tokenizer) whose embedding, final norm and head are the target's tensors bit for bit,
-plus `draft_report.json` (report.py). `specdec export TARGET --draft DRAFT_DIR` takes it.
+Two kinds (`DraftMethod`): a feature draft (feature_stage.py, EAGLE-style: one decoder layer over
+the target's own hidden states) or a pruned one, below. Structured pruning at the target's width
+(pruning.py), then distillation on the target's own text (distill.py); the output is a Hugging
+Face checkpoint (config, safetensors in the target's dtype, the target's tokenizer) whose
+embedding, final norm and head are the target's tensors bit for bit, plus `draft_report.json`
+(report.py). `specdec export TARGET --draft DRAFT_DIR` takes it.
 
 The output is staged and renamed into place at the end; the training state is checkpointed next
 to it (`.NAME.draft-state.pt`) every few minutes and removed on success, so `--resume` continues
@@ -19,19 +21,18 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specdec.pipeline.bundle.locks import hold_output
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
-from specdec.pipeline.checkpoints.gguf import forget_quantization
-from specdec.pipeline.checkpoints.locate import locate
 from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.draft import budget, distill, pruning, report
+from specdec.pipeline.draft.config import DraftConfig, DraftMethod, MadeDraft
+from specdec.pipeline.draft.feature_stage import make_feature_draft
+from specdec.pipeline.draft.target import load_target, resolve_target
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.inputs.calibration import read_tokens
-from specdec.pipeline.inputs.weights import check_coverage, check_weight_files
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -39,63 +40,6 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 
 
-@dataclass(frozen=True)
-class DraftConfig:
-    target: str
-    output: Path
-    size: float | None = None  # share of the target's decoder-layer weights (default DEFAULT_SIZE) for what
-    # layers / ffn leave open
-    layers: int | None = None  # decoder layers kept (default: as many as `size` allows)
-    heads: int | None = None  # KV heads (GQA groups) kept per layer (default: all)
-    ffn: int | None = None  # FFN channels kept per layer, a multiple of 64 (default: measured)
-    calib: Path | None = None  # user text (plain, or JSONL with text / input_ids) to distil on as well
-    # wall-clock budget of the whole run — loading, the target's text, the importance probe, distillation,
-    # the evaluation and saving (default: DEFAULT_MINUTES unless steps is given)
-    minutes: float | None = None
-    steps: int | None = None  # optimizer steps (with minutes: at most this many)
-    samples: int = 512  # rows the target writes (sampled, and as many greedy continuations)
-    seq: int = 128  # tokens per row
-    batch: int = 16
-    lr: float = 1e-3
-    seed: int = 0
-    threads: int | None = None  # torch threads (default: torch's)
-    checkpoint_minutes: float = 3.0
-    resume: bool = False
-    force: bool = False
-
-    def __post_init__(self) -> None:
-        if self.size is not None and self.layers is not None:
-            raise InputError(f"{setting('size')} and {setting('layers')} contradict each other",
-                             "give the draft's size either as a fraction or as a layer count")
-        checks = [
-            ("size", self.size is None or 0 < self.size <= 1, "pass a fraction such as 0.1"),
-            ("layers", self.layers is None or self.layers >= 1, "pass 1 or more"),
-            ("heads", self.heads is None or self.heads >= 1, "pass 1 or more KV heads"),
-            ("ffn", self.ffn is None or (self.ffn >= 64 and self.ffn % 64 == 0), "pass a multiple of 64"),
-            ("minutes", self.minutes is None or self.minutes > 0, "pass a positive number of minutes"),
-            ("steps", self.steps is None or self.steps >= 1, "pass 1 or more"),
-            ("samples", self.samples >= 8, "pass 8 or more"),
-            ("seq", self.seq >= 16, "pass 16 or more"),
-            ("batch", self.batch >= 1, "pass 1 or more"),
-            ("lr", self.lr > 0, "pass a positive learning rate"),
-            ("threads", self.threads is None or self.threads >= 1, "pass 1 or more"),
-            ("checkpoint_minutes", self.checkpoint_minutes >= 0, "pass 0 (never) or more"),
-        ]
-        for key, ok, fix in checks:
-            if not ok:
-                raise InputError(f"{setting(key)} {getattr(self, key)} is out of range", fix)
-
-    @property
-    def budget_minutes(self) -> float | None:
-        return self.minutes if self.minutes is not None or self.steps is not None else DEFAULT_MINUTES
-
-    def record(self) -> dict[str, Any]:
-        """What decides the weights (the checkpoint must have been made with the same)."""
-        keep = ("size", "layers", "heads", "ffn", "samples", "seq", "batch", "lr", "seed", "steps", "minutes")
-        return {key: getattr(self, key) for key in keep} | {"calib": str(self.calib) if self.calib else None}
-
-
-DEFAULT_MINUTES = 15.0
 # chosen by measurement on the 61.6M realistic target (benchmarks/RESULTS-archive.md, "specdec draft: smaller
 # sizes against the demo draft"): 0.1 keeps all 4 of its working layers (agreement 0.85-1.0 with
 # the target; faster than the demo draft in 6 of 6 turns, float and w8a8: "specdec draft with its
@@ -107,52 +51,18 @@ END_MARGIN = 0.05  # of the budget, kept for saving the draft
 IMPORTANCE_BATCH = 4  # probe rows a pass (pruning.measure)
 
 
-@dataclass(frozen=True)
-class MadeDraft:
-    path: Path
-    report: dict[str, Any]
-
-
-def resolve_target(spec: str) -> CheckpointSource:
-    """The target: a Hugging Face checkpoint directory, a GGUF file (or a directory holding one), or a built-in."""
-    source = locate(spec, "target")
-    if not source.is_gguf and not Path(source.location).is_dir():
-        raise InputError(f"target '{spec}' is not a local checkpoint", "pass a local checkpoint directory or GGUF file")
-    return source
-
-
 def state_path(output: Path) -> Path:
     return output.parent / f".{output.name}.draft-state.pt"
 
 
 def _load(source: CheckpointSource, config: DraftConfig) -> tuple[Any, Any, Any]:
     """Config, tokenizer and float32 model; unsupported architectures and bad counts fail before the weights."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    source.gguf_facts("target")  # an unreadable GGUF file fails here, in one line
-    where, select = source.location, source.load_kwargs()
-    try:
-        target_config = AutoConfig.from_pretrained(where, **select)
-        shape = pruning.geometry(target_config)
-        pruning.check_counts(shape, layers=config.layers, heads=config.heads, ffn=config.ffn)
-        tokenizer = AutoTokenizer.from_pretrained(where, **select)
-        if not source.is_gguf:
-            check_weight_files(where, "target")
-        # with output_loading_info, from_pretrained returns (model, loading report): typed as the model alone
-        loaded: Any = AutoModelForCausalLM.from_pretrained(where, **select, dtype=torch.float32,
-                                                           attn_implementation="sdpa", output_loading_info=True)
-        model, loading = loaded
-    except (OSError, ValueError) as exc:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise InputError(f"cannot load target '{source.path}': {reason}",
-                         "pass a local checkpoint directory or GGUF file") from exc
-    if source.is_gguf:
-        forget_quantization(model)
-    else:
-        check_coverage(where, "target", loading)
-    model.train(False)
-    return target_config, tokenizer, model
+    def check(target_config: Any) -> None:
+        pruning.check_counts(pruning.geometry(target_config), layers=config.layers, heads=config.heads,
+                             ffn=config.ffn)
+
+    return load_target(source, check)
 
 
 def _fingerprint(target: CheckpointSource, config: DraftConfig) -> str:
@@ -187,7 +97,7 @@ def make_draft(config: DraftConfig, progress: Progress | None = None,
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # progress is ours to report
     try:
         with hold_output(config.output):  # one writer of the output for the whole run, not only its last step
-            return _make_draft(config, progress, step_cost)
+            return MAKERS[config.kind](config, progress, step_cost)
     finally:
         torch.set_num_threads(threads)  # config.threads is this run's, not the process's
         if bars:
@@ -358,3 +268,10 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
         path = staged.commit()
     state_path(config.output).unlink(missing_ok=True)
     return MadeDraft(path=path, report=result)
+
+
+Maker = Callable[[DraftConfig, Progress | None, budget.StepCost | None], MadeDraft]
+MAKERS: dict[DraftMethod, Maker] = {  # by --kind
+    DraftMethod.pruned: _make_draft,
+    DraftMethod.feature: lambda config, progress, _: make_feature_draft(config, progress),
+}

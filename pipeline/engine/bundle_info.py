@@ -7,12 +7,21 @@ bundle, their geometry and I/O names, and the sections the runtime dispatches on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+import numpy as np
 
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.decoder import Decoder
-from specdec.pipeline.records.manifest import BucketTable, CustomOps, Manifest, Quantization, read_manifest
+from specdec.pipeline.records.draft_spec import DraftSpec
+from specdec.pipeline.records.manifest import (
+    BucketTable,
+    CustomOps,
+    Manifest,
+    Quantization,
+    read_manifest,
+)
 from specdec.pipeline.records.plan import TunePlan
 
 
@@ -47,10 +56,40 @@ class BundleInfo:
     buckets: BucketTable | None = None  # set: a compiled bundle, run from its bucket graphs
     plan: TunePlan | None = None
     quantization: Quantization | None = None
+    draft: DraftSpec = field(default_factory=DraftSpec)  # the draft's kind and vocabulary
 
     @property
     def max_context(self) -> int:
         return min(g.max_position_embeddings for g in self.graphs.values())
+
+    def draft_vocab(self) -> np.ndarray | None:
+        """The draft's vocabulary (int64 [V'], draft row -> target id), None when it is the target's.
+
+        Read with numpy (allow_pickle off) and checked against the graphs: V' rows, increasing target
+        ids, so a candidate mapped through it is always a token the target can verify."""
+        vocab = self.draft.vocab
+        if vocab is None:
+            return None
+        rel = PurePosixPath(vocab.file)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise BundleError(f"the manifest's draft vocabulary '{vocab.file}' lies outside the bundle",
+                              "re-create the bundle")
+        path = self.path / rel
+        try:
+            ids = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"bundle '{self.path}' cannot read its draft vocabulary '{vocab.file}' ({exc})",
+                              "re-create the bundle") from None
+        target = self.graphs["target"].vocab_size
+        draft = self.graphs.get("draft")
+        ok = (ids.ndim == 1 and ids.dtype == np.int64 and ids.size == vocab.size
+              and (draft is None or draft.vocab_size == ids.size) and ids.size > 0
+              and int(ids.min()) >= 0 and int(ids.max()) < target and bool(np.all(ids[1:] > ids[:-1])))
+        if not ok:
+            raise BundleError(f"bundle '{self.path}': '{vocab.file}' is not {vocab.size} increasing int64 target "
+                              f"ids below {target}", "re-create the bundle")
+        result: np.ndarray = ids
+        return result
 
 
 def read_bundle(path: str | Path, weight_format: str | None = None) -> BundleInfo:
@@ -76,4 +115,5 @@ def bundle_info(root: Path, manifest: Manifest) -> BundleInfo:
     return BundleInfo(path=root, graphs=graphs, eos_token_ids=tuple(manifest.tokenizer.eos_token_ids),
                       tokenizer_dir=root / manifest.tokenizer.dir,
                       stages=tuple(entry.stage for entry in manifest.lineage), custom_ops=manifest.custom_ops,
-                      buckets=manifest.buckets, plan=manifest.plan, quantization=manifest.quantization)
+                      buckets=manifest.buckets, plan=manifest.plan, quantization=manifest.quantization,
+                      draft=manifest.draft_spec)

@@ -30,3 +30,13 @@ def kept_past_chunks(index: np.ndarray, provisional: int) -> np.ndarray:
     if index.size < provisional or not np.array_equal(index[:provisional], np.arange(provisional)):
         raise GenerationError("a prompt fed in chunks must be kept as a prefix", "commit the prompt's rows in order")
     return index[provisional:] - provisional
+
+
+def row_axis(value: np.ndarray, rows: int) -> int | None:
+    """The axis of `value` that holds a call's `rows` (0, or 1 behind a batch of one: [1, rows, ...]);
+    None when it has none."""
+    if value.ndim >= 1 and value.shape[0] == rows:
+        return 0
+    if value.ndim >= 2 and value.shape[0] == 1 and value.shape[1] == rows:
+        return 1
+    return None

@@ -5,7 +5,9 @@ a node, so greedy and match stay exact for any drafter, and rrs stays exact beca
 says how it was proposed (drawn from the draft model without replacement, or a deterministic
 point mass — `verify_rrs`). Three implementations, chosen by `DecodeConfig.drafter`:
 
-- `model` (engine/model_drafter.py): the bundle's draft graph expands the tree level by level;
+- `model` (engine/model_drafter.py): the bundle's draft graph expands the tree level by level —
+  a draft model, or a feature draft that also reads the target's features (`needs_features`: the
+  engine hands it the target's `hidden_states` of every committed row);
 - `lookup` (engine/lookup.py): prompt lookup copies what followed earlier occurrences of the
   context's last n tokens — no model call, microseconds per round;
 - `model+lookup` (engine/lookup.py): lookup chains grafted into the model's tree as extra
@@ -61,11 +63,15 @@ _NO_LOGPROB.setflags(write=False)
 
 
 class Drafter(Protocol):
-    """One reply's proposer: reset, then per round draft -> (verify) -> commit, or skip."""
+    """One reply's proposer: reset, then per round draft -> (verify) -> commit, or skip.
+
+    `features` are the target's `hidden_states` rows [n, H] of the tokens the call committed (the
+    prompt; the accepted path from the root; the plainly decoded root), given when `needs_features`."""
 
     name: str
+    needs_features: bool
 
-    def reset(self, prompt: list[int], first: int) -> None:
+    def reset(self, prompt: list[int], first: int, features: np.ndarray | None = None) -> None:
         """A new reply: the prompt and the first token the target chose after it (the first root)."""
 
     def constrain(self, constraints: Constraints | None) -> None:
@@ -78,8 +84,9 @@ class Drafter(Protocol):
               round_key: int, stats: RoundStats) -> DraftResult:
         """The tree to verify; a tree of the root alone means nothing was proposed."""
 
-    def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats) -> None:
+    def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats,
+               features: np.ndarray | None = None) -> None:
         """The target accepted `path` (tree nodes from the root) and emitted `emitted` tokens."""
 
-    def skip(self, root: int, emitted: list[int], stats: RoundStats) -> None:
+    def skip(self, root: int, emitted: list[int], stats: RoundStats, features: np.ndarray | None = None) -> None:
         """The round was decoded plainly: `root` was fed, `emitted` came out."""

@@ -27,7 +27,7 @@ from specdec.custom_ops.block_sparse_verify import (
 )
 from specdec.pipeline.engine.bundle_info import BundleInfo, GraphInfo, read_bundle
 from specdec.pipeline.engine.drafter import Drafter, DraftResult, RoundPlan
-from specdec.pipeline.engine.graph import SessionOptions
+from specdec.pipeline.engine.graph import HIDDEN_STATES, SessionOptions
 from specdec.pipeline.engine.int8_range import check_weight_range
 from specdec.pipeline.engine.lookup import LookupDrafter, ModelLookupDrafter
 from specdec.pipeline.engine.model_drafter import ModelDrafter
@@ -102,7 +102,12 @@ class Engine:
         # The draft model's drafter (None without a draft graph); DecodeConfig.drafter says how a
         # reply uses it (drafter_for).
         draft_options = dataclasses.replace(options, threads=options.draft_threads)
-        self.drafter = (ModelDrafter(make_runner(draft, self.info, draft_options), self.vocab)
+        features = self.info.draft.is_feature and draft is not None
+        if features and HIDDEN_STATES not in self.info.graphs["target"].output_names:
+            raise BundleError(f"bundle '{self.info.path}' has a feature draft but its target graph has no "
+                              f"'{HIDDEN_STATES}' output", "re-export the bundle with the feature draft")
+        self.drafter = (ModelDrafter(make_runner(draft, self.info, draft_options), self.vocab,
+                                     vocab_map=self.info.draft_vocab(), features=features)
                         if draft is not None else None)
         self.eos = set(self.info.eos_token_ids)
         # A greedy root step the runner does in one call (FusedRunner), when the graph verifies itself.
@@ -167,7 +172,10 @@ class Engine:
         target = self.target
         target.reset()
         fed = [*ids, 0] if len(ids) < self.root_rows(config) else ids  # never a single row (exact layout)
-        logits, _ = target.forward(np.array(fed), np.arange(len(fed)), no_scratch(len(fed)), causal(len(fed)))
+        # a feature draft reads the target's features of every committed row, the prompt's first
+        wanted = _FEATURES if drafter is not None and drafter.needs_features else ()
+        logits, extras = target.forward(np.array(fed), np.arange(len(fed)), no_scratch(len(fed)), causal(len(fed)),
+                                        extra_outputs=wanted)
         assert logits is not None
         target.commit(np.arange(len(ids)))
         prefill_ns = time.perf_counter_ns() - start
@@ -181,7 +189,7 @@ class Engine:
             on_tokens(list(output))
         rounds: list[RoundStats] = []
         if drafter is not None and output:
-            drafter.reset(ids, output[0])
+            drafter.reset(ids, output[0], _rows(extras, len(ids)) if wanted else None)
             drafter.constrain(constraints)
         stop = REFUSED if refused else self._stop_reason(output, config)
         while stop is None:
@@ -228,23 +236,27 @@ class Engine:
 
     def _plain_step(self, drafter: Drafter | None, output: list[int], config: DecodeConfig, rand: Randomness,
                     stats: RoundStats) -> list[int]:
-        token = self._root_step(output, config, rand, stats)
+        features = drafter is not None and drafter.needs_features
+        token, rows = self._root_step(output, config, rand, stats, features)
         if drafter is not None:
-            drafter.skip(output[-1], [token], stats)
+            drafter.skip(output[-1], [token], stats, rows)
         return [token]
 
-    def _root_step(self, output: list[int], config: DecodeConfig, rand: Randomness, stats: RoundStats) -> int:
-        """One target call on the root alone, committed: a plain step, or a round with nothing drafted."""
+    def _root_step(self, output: list[int], config: DecodeConfig, rand: Randomness, stats: RoundStats,
+                   features: bool = False) -> tuple[int, np.ndarray | None]:
+        """One target call on the root alone, committed: a plain step, or a round with nothing drafted.
+        The token, and with `features` the root's row of the target's hidden_states [1, H]."""
         clock = StageClock(stats)
         target = self.target
         rows = self.root_rows(config)
         constraints = self._constraints
         if (self._greedy_root_step is not None and config.effective_mode is VerifyMode.greedy
-                and constraints is None):
+                and constraints is None and not features):
             with clock(VERIFY):
                 token = self._greedy_root_step(output[-1], rows)
             stats.bytes_out += target.last_bytes_out
-            return token
+            return token, None
+        wanted = _FEATURES if features else ()
         args = (np.array(output[-1:] + [0] * (rows - 1)), target.length + np.arange(rows), *_ROOT_VISIBLE[rows])
         if self._verify_in_graph(config):  # a one-node tree: the op returns the target's token
             # a pad row is a parentless node: never accepted, its token never emitted. Greedy needs
@@ -252,12 +264,12 @@ class Engine:
             extra = None if config.effective_mode is VerifyMode.greedy else self.verify_inputs(
                 np.full(rows, -1), np.zeros(rows, np.int64), config, rand, len(output))
             with clock(VERIFY):
-                _, extras = target.forward(*args, extra_inputs=extra, extra_outputs=("next_token",),
+                _, extras = target.forward(*args, extra_inputs=extra, extra_outputs=("next_token", *wanted),
                                            with_logits=False)
             token = int(extras["next_token"])
         else:
             with clock(VERIFY):
-                logits, _ = target.forward(*args)
+                logits, extras = target.forward(*args, extra_outputs=wanted)
             assert logits is not None
             row = logits[0]
             if constraints is not None:
@@ -268,7 +280,7 @@ class Engine:
         with clock(COMMIT):
             target.commit([0])
         stats.bytes_out += target.last_bytes_out
-        return token
+        return token, _rows(extras, rows)[:1] if features else None
 
     def _speculative_round(self, drafter: Drafter, output: list[int], config: DecodeConfig, rand: Randomness,
                            plan: RoundPlan, stats: RoundStats) -> list[int]:
@@ -277,13 +289,15 @@ class Engine:
         drafted: DraftResult = drafter.draft(output[-1], target.length, plan, config, rand, generated, stats)
         tree = drafted.tree
         stats.tree_size, stats.tree_depth = tree.size, tree.max_depth
+        features = drafter.needs_features
         if tree.size == 1:  # nothing proposed (e.g. no lookup match): the target decodes the root alone
-            emitted = [self._root_step(output, config, rand, stats)]
-            drafter.commit(drafted, [0], emitted, stats)
+            token, rows = self._root_step(output, config, rand, stats, features)
+            emitted = [token]
+            drafter.commit(drafted, [0], emitted, stats, rows)
             return emitted  # the stats' defaults describe this round (nothing drafted, one token)
-        path, next_token = self._verify_tree(tree, drafted, config, rand, generated, stats)
+        path, next_token, rows = self._verify_tree(tree, drafted, config, rand, generated, stats, features)
         emitted = [int(t) for t in tree.tokens[path[1:]]] + [next_token]
-        drafter.commit(drafted, path, emitted, stats)
+        drafter.commit(drafted, path, emitted, stats, rows)
         stats.accepted_len = len(path)
         order = np.argsort(tree.selected)[1:]  # non-root nodes in best-first order
         stats.order_depths = tree.depths[order].tolist()
@@ -297,21 +311,24 @@ class Engine:
         return emitted
 
     def _verify_tree(self, tree: DraftTree, drafted: DraftResult, config: DecodeConfig, rand: Randomness,
-                     generated: int, stats: RoundStats) -> tuple[list[int], int]:
-        """One target forward over the tree; the accepted path (tree nodes) and the token after it, committed."""
+                     generated: int, stats: RoundStats, features: bool = False
+                     ) -> tuple[list[int], int, np.ndarray | None]:
+        """One target forward over the tree; the accepted path (tree nodes) and the token after it,
+        committed; with `features`, the path's rows of the target's hidden_states [len(path), H]."""
         clock = StageClock(stats)
         target = self.target
         args = (tree.tokens, target.length + tree.depths, no_scratch(tree.size), ancestor_matrix(tree.parents))
+        wanted = _FEATURES if features else ()
         if self._verify_in_graph(config):
             with clock(VERIFY):
                 _, extras = target.forward(
                     *args, extra_inputs=self.verify_inputs(tree.parents, tree.depths, config, rand, generated),
-                    extra_outputs=("accepted", "accepted_len", "next_token"), with_logits=False,
+                    extra_outputs=("accepted", "accepted_len", "next_token", *wanted), with_logits=False,
                 )
             accepted, length, next_token = extras["accepted"], int(extras["accepted_len"]), int(extras["next_token"])
         else:
             with clock(VERIFY):
-                logits, _ = target.forward(*args)
+                logits, extras = target.forward(*args, extra_outputs=wanted)
             assert logits is not None
             constraints = self._constraints
             if constraints is not None and config.effective_mode is not VerifyMode.rrs:
@@ -331,7 +348,7 @@ class Engine:
         path: list[int] = accepted[:length].tolist()
         with clock(COMMIT):
             target.commit(path)
-        return path, next_token
+        return path, next_token, _rows(extras, tree.size)[path] if features else None
 
     def _verify_in_graph(self, config: DecodeConfig) -> bool:
         # the in-graph verify never hands the logits out, so logits processors cannot run there
@@ -390,6 +407,15 @@ class Engine:
     def _context_full(self) -> str | None:
         # The last emitted token still has to be fed: that needs one free slot.
         return "max_context" if self.target.length + 1 > self.max_context else None
+
+
+_FEATURES = (HIDDEN_STATES,)  # what a feature draft reads from every target call
+
+
+def _rows(extras: dict[str, np.ndarray], rows: int) -> np.ndarray:
+    """The target's hidden_states of a call as [rows, H] (the graph's [1, q, H], pad rows dropped)."""
+    hidden = extras[HIDDEN_STATES]
+    return hidden.reshape(-1, hidden.shape[-1])[:rows]
 
 
 def _read_only(scratch: np.ndarray, visible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from specdec.pipeline.engine.bundle_info import GraphInfo
-from specdec.pipeline.engine.chunked import is_causal, kept_past_chunks, visible_past_chunks
-from specdec.pipeline.engine.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot
+from specdec.pipeline.engine.chunked import is_causal, kept_past_chunks, row_axis, visible_past_chunks
+from specdec.pipeline.engine.fused_binding import NUMPY_TYPES, OWN_SLOT_ROWS, CallSlot, RowInputs
 from specdec.pipeline.engine.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY, LayerGroup
-from specdec.pipeline.engine.graph import OP_INPUT_NAMES, SessionOptions, make_session
+from specdec.pipeline.engine.graph import OP_INPUT_NAMES, ROW_INPUT_NAMES, SessionOptions, make_session
 from specdec.pipeline.engine.masks import hide_beyond_window
 from specdec.pipeline.engine.runner import build_mask, causal, no_scratch
 from specdec.pipeline.errors import GenerationError, setting
@@ -52,6 +52,9 @@ class FusedRunner:
         self.single_row_exact = metadata.get(SINGLE_ROW_EXACT_KEY) == "1"
         spare_rows = 1 if metadata.get(PAD_ROW_KEY) == "1" else 0  # the row the attention pad row writes
         self.op_inputs = [name for name in inputs if name in OP_INPUT_NAMES]
+        # inputs with a row per query token besides the ids and positions (a feature draft's features)
+        self.row_inputs: RowInputs = [(name, tuple(int(d) for d in value.shape[2:]), NUMPY_TYPES[value.type])
+                                      for name, value in inputs.items() if name in ROW_INPUT_NAMES]
         self.dtype = np.dtype(info.dtype)
         self.mask_min = float(np.finfo(self.dtype).min)
         self.capacity = capacity
@@ -283,6 +286,7 @@ class FusedRunner:
         chunk = min(group.capacity - max((group.window or 1) - 1, 1) - group.sinks for group in self._windowed)
         logits_parts: list[np.ndarray] = []
         extra_parts: dict[str, list[np.ndarray]] = {name: [] for name in extra_outputs}
+        axes: dict[str, int] = {}  # where each extra output holds its rows ([1, rows, H]: 1)
         for start in range(0, ids.size, chunk):
             end = min(start + chunk, ids.size)
             rows = end - start
@@ -291,14 +295,16 @@ class FusedRunner:
             if logits is not None:
                 logits_parts.append(logits)
             for name, value in extras.items():
-                if np.ndim(value) == 0 or value.shape[0] != rows:
+                axis = row_axis(value, rows) if np.ndim(value) else None
+                if axis is None:
                     raise GenerationError(f"'{name}' of a prompt fed in chunks has no row per token",
                                           "report this with SPECDEC_DEBUG=1 output")
+                axes[name] = axis
                 extra_parts[name].append(value)
             if end < ids.size:
                 self._commit_rows(np.arange(rows))
                 self._provisional += rows
-        merged = {name: np.concatenate(parts) for name, parts in extra_parts.items()}
+        merged = {name: np.concatenate(parts, axis=axes[name]) for name, parts in extra_parts.items()}
         return (np.concatenate(logits_parts) if with_logits else None), merged
 
     def _slot(self, q: int, prompt: bool = False) -> CallSlot:
@@ -316,7 +322,7 @@ class FusedRunner:
         return self._wide
 
     def _new_slot(self, rows: int) -> CallSlot:
-        return CallSlot(self.session, self.groups, self.op_inputs, self.free_outputs, rows)
+        return CallSlot(self.session, self.groups, self.op_inputs, self.free_outputs, rows, self.row_inputs)
 
     def commit(self, keep: np.ndarray | list[int]) -> None:
         index = kept_past_chunks(np.asarray(keep, np.int64), self._provisional)

@@ -17,6 +17,9 @@ from specdec.pipeline.engine.fused_kv import LayerGroup
 from specdec.pipeline.engine.graph import default_op_inputs
 
 Outputs = list[tuple[str, list[Any], Any]]  # (name, declared shape, numpy dtype) of the outputs bound per call
+# (name, trailing dims, numpy dtype) of inputs [1, q, *trailing] a caller fills per call (a feature
+# draft's `hidden_states`)
+RowInputs = list[tuple[str, tuple[int, ...], Any]]
 
 NUMPY_TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64,
                "tensor(double)": np.float64, "tensor(int32)": np.int32}
@@ -64,7 +67,7 @@ class CallSlot:
     """
 
     def __init__(self, session: Any, groups: list[LayerGroup], op_inputs: list[str], outputs: Outputs,
-                 rows: int) -> None:
+                 rows: int, row_inputs: RowInputs | None = None) -> None:
         import onnxruntime as ort
 
         self.rows = rows
@@ -85,9 +88,12 @@ class CallSlot:
         self._biases = [group.bias for group in groups]
         self._op_inputs = [name for name in default_op_inputs(1) if name in op_inputs]
         self._outputs = outputs
+        self._row_inputs = row_inputs or []
         self._inputs_flat = {"input_ids": np.zeros(rows, np.int64), "position_ids": np.zeros(rows, np.int64),
                              **{name: np.zeros(value.size, value.dtype) for name, value
-                                in default_op_inputs(rows).items() if name in self._op_inputs}}
+                                in default_op_inputs(rows).items() if name in self._op_inputs},
+                             **{name: np.zeros(rows * int(np.prod(trailing)), dtype)
+                                for name, trailing, dtype in self._row_inputs}}
         self._outputs_flat = {name: np.zeros(int(np.prod(output_shape(shape, rows))), dtype)
                               for name, shape, dtype in outputs}
         self.q = 0
@@ -102,11 +108,13 @@ class CallSlot:
         self.q = q
         defaults = {name: np.ascontiguousarray(value) for name, value in default_op_inputs(q).items()
                     if name in self._op_inputs}
-        shapes = {"input_ids": (1, q), "position_ids": (1, q), **{name: v.shape for name, v in defaults.items()}}
+        shapes = {"input_ids": (1, q), "position_ids": (1, q), **{name: v.shape for name, v in defaults.items()},
+                  **{name: (1, q, *trailing) for name, trailing, _ in self._row_inputs}}
         views = {name: self._inputs_flat[name][: int(np.prod(shape))].reshape(shape) for name, shape in shapes.items()}
         for name, view in views.items():
             self.bind_input(name, view.dtype, list(view.shape), view.ctypes.data)
         self.ids, self.positions = views.pop("input_ids"), views.pop("position_ids")
+        self.row_arrays = {name: views.pop(name) for name, _, _ in self._row_inputs}
         self.defaults, self.op_arrays = defaults, views
         for name, view in views.items():
             np.copyto(view, defaults[name])
@@ -133,7 +141,11 @@ class CallSlot:
 
     def set_op_inputs(self, given: dict[str, np.ndarray]) -> None:
         """Write the caller's op inputs for this call; the others get their defaults back.
-        Every op input's shape follows q (the graph's declared shapes), so values fit in place."""
+        Every op input's shape follows q (the graph's declared shapes), so values fit in place.
+        Row inputs (`hidden_states`) hold whatever the caller wrote last: every call gives them."""
+        for name, array in self.row_arrays.items():
+            if name in given:
+                np.copyto(array, np.asarray(given[name]).reshape(array.shape), casting="unsafe")
         for name in self.dirty - given.keys():
             np.copyto(self.op_arrays[name], self.defaults[name])
         self.dirty = {name for name in given if name in self.op_arrays}

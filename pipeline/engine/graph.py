@@ -90,6 +90,12 @@ def default_op_inputs(q: int) -> dict[str, np.ndarray]:
 
 
 OP_INPUT_NAMES = frozenset(default_op_inputs(0))
+# A feature draft's tensors (pipeline/draft/feature_model.py), [1, q, hidden]: the target's features
+# (its output, the draft's input) and the draft's guess of the next feature (its output).
+HIDDEN_STATES = "hidden_states"
+HIDDEN_OUT = "hidden_out"
+# Graph inputs with a row per query token that callers fill besides input_ids and position_ids.
+ROW_INPUT_NAMES = frozenset({HIDDEN_STATES})
 
 
 class Graph:

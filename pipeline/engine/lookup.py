@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 from itertools import islice
 
+import numpy as np
+
 from specdec.pipeline.engine.drafter import DraftResult, RoundPlan, no_distributions
 from specdec.pipeline.engine.model_drafter import ModelDrafter
 from specdec.pipeline.engine.processors.base import Constraints
@@ -184,6 +186,7 @@ class LookupDrafter:
     """Prompt lookup alone: chains copied from the context, no model call."""
 
     name = "lookup"
+    needs_features = False
 
     def __init__(self, min_n: int, max_n: int) -> None:
         self.index = NgramIndex(min_n, max_n)
@@ -197,7 +200,7 @@ class LookupDrafter:
     def from_config(cls, config: DecodeConfig) -> LookupDrafter:
         return cls(config.lookup_min_ngram, config.lookup_max_ngram)
 
-    def reset(self, prompt: list[int], first: int) -> None:
+    def reset(self, prompt: list[int], first: int, features: np.ndarray | None = None) -> None:
         self.index.reset([*prompt, first])
         self.acceptance.reset()
 
@@ -242,13 +245,14 @@ class LookupDrafter:
                                chain=config.exact_layout)
         return DraftResult(tree, *no_distributions(tree.size))
 
-    def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats) -> None:
+    def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats,
+               features: np.ndarray | None = None) -> None:
         with StageClock(stats)(LOOKUP):
             if result.tree.size > 1:
                 self.acceptance.observe(result.tree, path)
             self.index.extend(emitted)
 
-    def skip(self, root: int, emitted: list[int], stats: RoundStats) -> None:
+    def skip(self, root: int, emitted: list[int], stats: RoundStats, features: np.ndarray | None = None) -> None:
         with StageClock(stats)(LOOKUP):
             self.index.extend(emitted)
 
@@ -265,9 +269,10 @@ class ModelLookupDrafter:
     def __init__(self, model: ModelDrafter, lookup: LookupDrafter) -> None:
         self.model = model
         self.lookup = lookup
+        self.needs_features = model.needs_features
 
-    def reset(self, prompt: list[int], first: int) -> None:
-        self.model.reset(prompt, first)
+    def reset(self, prompt: list[int], first: int, features: np.ndarray | None = None) -> None:
+        self.model.reset(prompt, first, features)
         self.lookup.reset(prompt, first)
 
     def fit(self, plan: RoundPlan) -> RoundPlan:
@@ -284,10 +289,11 @@ class ModelLookupDrafter:
             self.lookup.graft(pool, plan)
         return self.model.draft(root, root_position, plan, config, rand, round_key, stats, pool=pool)
 
-    def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats) -> None:
-        self.model.commit(result, path, emitted, stats)
+    def commit(self, result: DraftResult, path: list[int], emitted: list[int], stats: RoundStats,
+               features: np.ndarray | None = None) -> None:
+        self.model.commit(result, path, emitted, stats, features)
         self.lookup.commit(result, path, emitted, stats)
 
-    def skip(self, root: int, emitted: list[int], stats: RoundStats) -> None:
-        self.model.skip(root, emitted, stats)
+    def skip(self, root: int, emitted: list[int], stats: RoundStats, features: np.ndarray | None = None) -> None:
+        self.model.skip(root, emitted, stats, features)
         self.lookup.skip(root, emitted, stats)

@@ -4,10 +4,15 @@ Without a draft (no `--draft` for a checkpoint or a built-in without one, `--no-
 `demo-tiny`) the bundle holds the target graph only: `manifest.graphs` has no `draft`,
 `reports.export.draft` says why, and the bundle speculates with prompt lookup (`--drafter lookup`)
 or decodes plainly.
+
+A feature draft (`--draft` naming a checkpoint of pipeline/draft/feature_model.py's format) makes
+the target graph output `hidden_states` too and exports the draft on the target's embedding
+(export/features.py); `--draft-vocab FILE` cuts a model draft's head to those target ids.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import logging
@@ -21,11 +26,13 @@ from specdec.pipeline.checkpoints import builtin
 from specdec.pipeline.checkpoints.locate import locate
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.export import checkpoint as ckpt
+from specdec.pipeline.export import features
+from specdec.pipeline.export.architectures import lookup
 from specdec.pipeline.export.compat import PairReport, check_pair, check_target
 from specdec.pipeline.export.tensor_sharing import share_identical
 from specdec.pipeline.export.torch_graph import export_onnx
 from specdec.pipeline.export.validate import enforce, validate_graph
-from specdec.pipeline.graphs.files import describe_io
+from specdec.pipeline.graphs.files import describe_io, sha256_file
 from specdec.pipeline.progress import Progress, SilentProgress
 from specdec.pipeline.records.manifest import CheckpointFormat, SourceFormat
 from specdec.pipeline.records.reports import ExportReport, Reports
@@ -53,6 +60,7 @@ class ExportConfig:
     validate: bool = True
     seed: int = 0
     share_tensors: bool = True  # store tensors identical in target and draft once (shared.data)
+    draft_vocab: Path | None = None  # a model draft's reduced vocabulary: target ids (.npy or text)
 
     def __post_init__(self) -> None:
         if self.no_draft and self.draft is not None:
@@ -78,14 +86,19 @@ class ExportConfig:
                   "validate": self.validate, "seed": self.seed}
         if not self.share_tensors:  # only when off, so that records of earlier bundles keep their digest
             record["share_tensors"] = False
+        if self.draft_vocab is not None:
+            record["draft_vocab"] = self.draft_vocab.name
         return record | {"target_only": True} if self.target_only else record
 
     @functools.cached_property
     def input_digests(self) -> dict[str, str]:
         """sha256 of every checkpoint file: the export's lineage inputs, and what `specdec pipeline`
         compares to reuse an export. Computed once per config, here only."""
-        return {f"{role}/{name}": digest for role, spec in self.sources().items()
-                for name, digest in locate(spec, role).digests().items()}
+        digests = {f"{role}/{name}": digest for role, spec in self.sources().items()
+                   for name, digest in locate(spec, role).digests().items()}
+        if self.draft_vocab is not None and self.draft_vocab.is_file():
+            digests["draft_vocab"] = sha256_file(self.draft_vocab)
+        return digests
 
 
 def _tokenizer_spec(tokenizer: Any, generation_eos: Any) -> TokenizerSpec:
@@ -111,11 +124,16 @@ def _source_format(checkpoint: ckpt.Checkpoint) -> SourceFormat:
     return SourceFormat(CheckpointFormat.gguf, checkpoint.gguf.file_type, checkpoint.gguf.tensor_types)
 
 
-def _check_pair_before_export(config: ExportConfig) -> tuple[dict[str, ckpt.Checkpoint], PairReport]:
+def _check_pair_before_export(config: ExportConfig, feature: features.FeatureSource | None
+                              ) -> tuple[dict[str, ckpt.Checkpoint], PairReport]:
     """Load configs and tokenizers only, so a mismatched pair fails before any weight is read."""
     light = {role: ckpt.load_checkpoint(spec, role, config.dtype.value, with_model=False)
-             for role, spec in config.sources().items()}
+             for role, spec in config.sources().items() if not (role == "draft" and feature is not None)}
     geometry = {role: c.architecture.geometry(c.config) for role, c in light.items()}
+    if feature is not None:  # its tokenizer is the target's; its geometry must be the target's
+        features.check_feature_pair(feature, light["target"].config, geometry["target"])
+        return light, check_pair(light["target"].tokenizer, features.load_tokenizer(feature),
+                                 geometry["target"].vocab_size, feature.config.target_vocab_size)
     if "draft" not in light:
         return light, check_target(light["target"].tokenizer, geometry["target"].vocab_size)
     report = check_pair(light["target"].tokenizer, light["draft"].tokenizer,
@@ -124,8 +142,11 @@ def _check_pair_before_export(config: ExportConfig) -> tuple[dict[str, ckpt.Chec
 
 
 def _input_paths(config: ExportConfig) -> tuple[Path, ...]:
-    """The checkpoints the export reads, where they are on this machine (the output may not touch them)."""
-    paths = (Path(locate(spec, role).path) for role, spec in config.sources().items())
+    """The checkpoints (and a draft vocabulary file) the export reads, where they are on this machine
+    (the output may not touch them)."""
+    paths = [Path(locate(spec, role).path) for role, spec in config.sources().items()]
+    if config.draft_vocab is not None:
+        paths.append(config.draft_vocab.expanduser())
     return tuple(path for path in paths if path.exists())
 
 
@@ -136,9 +157,14 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
     if config.opset < 18:
         raise InputError(f"{setting('opset')} {config.opset} is too old",
                          "use 18 or newer (torch.onnx dynamo needs it)")
-    light, pair = _check_pair_before_export(config)
+    feature = None if config.target_only else features.feature_source(config.draft)
+    features.check_draft_vocab_flag(feature, config.draft_vocab)
+    light, pair = _check_pair_before_export(config, feature)
+    vocab = (features.read_vocab_file(config.draft_vocab, pair.target_vocab)
+             if config.draft_vocab is not None and "draft" in config.sources() else None)
     graphs: dict[str, GraphSpec] = {}
     validation: dict[str, Any] = {}
+    draft: Any = None  # the feature draft, loaded on the target's embedding
     with BundleWriter(config.output, force=config.force, sources=checkpoints) as writer:
         for role in (r for r in ROLES if r in light):
             source = light[role]
@@ -146,15 +172,20 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
                 model = ckpt.load_model(source.source, role, source.config, config.dtype.value)
             architecture = source.architecture
             geometry = architecture.geometry(source.config)
+            if role == "draft" and vocab is not None:
+                model = features.reduce_head(model, vocab)
+                geometry = dataclasses.replace(geometry, vocab_size=int(vocab.size))
             decoder = architecture.describe(source.config, model)
             path = writer.dir / f"{role}.onnx"
+            feature_layer = feature.config.feature_layer if feature is not None and role == "target" else None
             with progress.task(f"exporting {role} ({architecture.model_type})"):
                 export_onnx(model, geometry, path, opset=config.opset, dtype=config.dtype.value, decoder=decoder,
-                            per_layer_masks=architecture.per_layer_masks)
+                            per_layer_masks=architecture.per_layer_masks, feature_layer=feature_layer)
             if config.validate:
                 with progress.task(f"validating {role} against PyTorch"):
                     checks = validate_graph(model, path, geometry, architecture, config.dtype.value,
-                                            token_range=pair.tokenizer_size, seed=config.seed, decoder=decoder)
+                                            token_range=pair.tokenizer_size, seed=config.seed, decoder=decoder,
+                                            feature_layer=feature_layer)
                     validation[role] = enforce(checks, path.name)
             inputs, outputs = describe_io(path)
             graphs[role] = GraphSpec(
@@ -173,7 +204,19 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
                 parameters=int(sum(p.numel() for p in model.parameters())),
                 decoder=decoder,
             )
+            if feature is not None and role == "target":
+                with progress.task(f"loading the feature draft {Path(feature.source).name}"):
+                    draft = features.load_feature_draft(feature, model, config.dtype.value)
+                vocab = features.draft_vocab_of(draft)
             del model
+        if feature is not None and draft is not None:
+            graphs["draft"], validation_draft = _export_feature_draft(draft, feature, writer.dir, config, pair,
+                                                                      graphs["target"], progress)
+            if validation_draft is not None:
+                validation["draft"] = validation_draft
+            del draft
+        draft_record = features.draft_spec(feature, vocab, pair.target_vocab)
+        features.write_vocab(writer.dir, draft_record, vocab)
         share = len(graphs) > 1 and config.share_tensors
         sharing = share_identical(writer.dir, [graphs[role].file for role in graphs]) if share else None
         target = light["target"]
@@ -186,5 +229,27 @@ def export_bundle(config: ExportConfig, progress: Progress | None = None) -> Bun
                 validation=validation if config.validate else "skipped (--no-validate)", warnings=list(pair.warnings),
                 shared=sharing.record() if sharing is not None else None,
                 draft=TARGET_ONLY if config.target_only else None)),
+            draft=draft_record,
         )
         return writer.finish(manifest, stage="export", config=config.record(), inputs=config.input_digests)
+
+
+def _export_feature_draft(draft: Any, feature: features.FeatureSource, directory: Path, config: ExportConfig,
+                          pair: PairReport, target: GraphSpec, progress: Progress
+                          ) -> tuple[GraphSpec, dict[str, Any] | None]:
+    """The feature draft's graph (export/features.py), checked against PyTorch; its spec and validation."""
+    path = directory / "draft.onnx"
+    with progress.task("exporting draft (feature draft)"):
+        features.export_draft_graph(draft, path, opset=config.opset, dtype=config.dtype.value)
+    validation = None
+    if config.validate:
+        architecture = lookup("llama")  # the feature draft's layers are Llama's
+        fp16 = config.dtype is DType.float16
+        with progress.task("validating draft against PyTorch"):
+            checks = features.validate_draft_graph(
+                draft, path, token_range=pair.tokenizer_size, seed=config.seed,
+                atol=architecture.atol_fp16 if fp16 else architecture.atol,
+                rtol=architecture.rtol_fp16 if fp16 else architecture.rtol)
+            validation = enforce(checks, path.name)
+    spec = features.draft_graph_spec(draft, path, feature.source, config.dtype.value, target.max_position_embeddings)
+    return spec, validation

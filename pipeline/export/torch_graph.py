@@ -1,7 +1,11 @@
 """Trace a Hugging Face causal LM into the graph contract of docs/design.md §2 with torch.onnx (dynamo).
 
 The wrapper takes `(input_ids, position_ids, *masks, *flat_past)` and returns
-`(logits, *flat_present)`. A mask is additive float (0 / finfo.min) of shape [1, 1, q, past + q]:
+`(logits, *flat_present)`; for a feature draft's target (`feature_layer`), `(logits, hidden_states,
+*flat_present)`, `hidden_states` [1, q, H] being that decoder layer's output for every row, before
+any later layer and the final norm (pipeline/draft/feature_model.py).
+
+A mask is additive float (0 / finfo.min) of shape [1, 1, q, past + q]:
 a boolean mask is silently wrong with eager attention, and a 4-D mask is what lets one graph
 serve prefill (causal), decode (q = 1) and token trees alike. `attention_mask` is the mask of the
 full-attention layers, `sliding_attention_mask` that of the windowed layers (the same tree mask
@@ -25,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from specdec.pipeline.engine.graph import HIDDEN_STATES
 from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK, mask_names
 from specdec.pipeline.errors import ExportError
 from specdec.pipeline.export.architectures import KVGeometry
@@ -45,8 +50,8 @@ def input_names(num_layers: int, masks: tuple[str, ...] = (FULL_MASK,)) -> list[
     return names
 
 
-def output_names(num_layers: int) -> list[str]:
-    names = ["logits"]
+def output_names(num_layers: int, features: bool = False) -> list[str]:
+    names = ["logits", HIDDEN_STATES] if features else ["logits"]
     for layer in range(num_layers):
         names += [f"present.{layer}.key", f"present.{layer}.value"]
     return names
@@ -56,9 +61,12 @@ def output_names(num_layers: int) -> list[str]:
 _LAYER_TYPES = {FULL_MASK: "full_attention", SLIDING_MASK: "sliding_attention"}
 
 
-def make_wrapper(model: Any, num_layers: int, decoder: Decoder | None = None, per_layer_masks: bool = False) -> Any:
+def make_wrapper(model: Any, num_layers: int, decoder: Decoder | None = None, per_layer_masks: bool = False,
+                 feature_layer: int | None = None) -> Any:
     import torch
     from transformers import DynamicCache
+
+    from specdec.pipeline.draft.feature_model import decoder_layers, layer_output
 
     params = inspect.signature(model.forward).parameters
     # transformers 5.2x renamed `past_key_values` to `cache`; accept both spellings.
@@ -69,6 +77,10 @@ def make_wrapper(model: Any, num_layers: int, decoder: Decoder | None = None, pe
         def __init__(self) -> None:
             super().__init__()
             self.model = model
+            self.captured: list[Any] = []
+            # the layer's output, taken as it passes (a forward hook traces); removed after the export
+            self.hook = None if feature_layer is None else decoder_layers(model)[feature_layer].register_forward_hook(
+                lambda module, args, output: self.captured.append(layer_output(output)))
 
         def forward(self, input_ids: Any, position_ids: Any, *args: Any) -> Any:
             given, flat_past = args[: len(masks)], args[len(masks):]
@@ -87,6 +99,8 @@ def make_wrapper(model: Any, num_layers: int, decoder: Decoder | None = None, pe
             )
             new_cache = out.get("cache", None) or out.get("past_key_values", None)
             result = [out.logits]
+            if feature_layer is not None:
+                result.append(self.captured.pop())
             for layer in new_cache.layers:
                 result += [layer.keys, layer.values]
             return tuple(result)
@@ -140,22 +154,39 @@ def _dynamic_shapes(num_layers: int, masks: int = 1) -> tuple[Any, ...]:
 
 
 def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dtype: str,
-                decoder: Decoder | None = None, per_layer_masks: bool = False) -> None:
-    """Export `model` to `path` (plus `path.data` when the weights exceed 1 GiB)."""
+                decoder: Decoder | None = None, per_layer_masks: bool = False,
+                feature_layer: int | None = None) -> None:
+    """Export `model` to `path` (plus `path.data` when the weights exceed 1 GiB); with `feature_layer`,
+    the graph also outputs that layer's `hidden_states` (a feature draft's target)."""
+    import torch
+
+    torch_dtype = getattr(torch, dtype)
+    wrapper = make_wrapper(model, geometry.num_layers, decoder, per_layer_masks, feature_layer)
+    masks = mask_names(decoder)
+    args = example_inputs(geometry, torch_dtype, len(masks))
+    try:
+        trace(wrapper, args, path, opset=opset, input_names=input_names(geometry.num_layers, masks),
+              output_names=output_names(geometry.num_layers, features=feature_layer is not None),
+              dynamic_shapes=_dynamic_shapes(geometry.num_layers, len(masks)), rope_of=model)
+    finally:
+        if wrapper.hook is not None:
+            wrapper.hook.remove()
+
+
+def trace(wrapper: Any, args: tuple[Any, ...], path: Path, *, opset: int, input_names: list[str],
+          output_names: list[str], dynamic_shapes: tuple[Any, ...], rope_of: Any) -> None:
+    """torch.onnx.export (dynamo) of `wrapper` on `args`; one ExportError whatever torch raises.
+    `rope_of`: the model whose rotary module is traced with its static tables (`_static_rope`)."""
     import torch
 
     # torch configures its own loggers on import; this one warns about optional torchvision ops
     # on every export, which says nothing about the model being exported.
     logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
-    torch_dtype = getattr(torch, dtype)
-    wrapper = make_wrapper(model, geometry.num_layers, decoder, per_layer_masks)
-    masks = mask_names(decoder)
-    args = example_inputs(geometry, torch_dtype, len(masks))
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in wrapper.parameters())
     captured = io.StringIO()
     try:
         # torch.onnx prints its own progress to stdout; keep it in the debug log instead.
-        with contextlib.redirect_stdout(captured), torch.no_grad(), warnings.catch_warnings(), _static_rope(model):
+        with contextlib.redirect_stdout(captured), torch.no_grad(), warnings.catch_warnings(), _static_rope(rope_of):
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 wrapper,
@@ -163,9 +194,9 @@ def export_onnx(model: Any, geometry: KVGeometry, path: Path, *, opset: int, dty
                 str(path),
                 dynamo=True,
                 opset_version=opset,
-                input_names=input_names(geometry.num_layers, masks),
-                output_names=output_names(geometry.num_layers),
-                dynamic_shapes=_dynamic_shapes(geometry.num_layers, len(masks)),
+                input_names=input_names,
+                output_names=output_names,
+                dynamic_shapes=dynamic_shapes,
                 external_data=weight_bytes > EXTERNAL_DATA_BYTES,
                 verbose=False,
             )

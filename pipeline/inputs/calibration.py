@@ -32,7 +32,7 @@ from onnx import TensorProto, helper
 
 from specdec.pipeline.bundle.store import GraphSpec
 from specdec.pipeline.engine.bundle_info import GraphInfo
-from specdec.pipeline.engine.graph import Graph
+from specdec.pipeline.engine.graph import HIDDEN_STATES, Graph
 from specdec.pipeline.errors import InputError, setting
 from specdec.pipeline.graphs.files import external_files, load_graph
 from specdec.pipeline.inputs.text import read_text_file
@@ -57,6 +57,8 @@ class CalibrationData:
     eval_source: str
     prompts: list[list[int]]  # engine prompts from the held-out slice
     warnings: list[str] = field(default_factory=list)
+    # a feature draft's input for each calibration window (draft_features), when it is calibrated
+    features: list[np.ndarray] | None = None
 
     @property
     def tokens_used(self) -> int:
@@ -166,17 +168,35 @@ def graph_info(role: str, spec: GraphSpec, file: Path) -> GraphInfo:
                      decoder=spec.decoder)
 
 
-def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (),
-            with_logits: bool = True) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
-    """One window from an empty cache with a causal mask: (logits [L, V] or None, extra outputs)."""
+def prefill(graph: Graph, ids: np.ndarray, extra_outputs: tuple[str, ...] = (), with_logits: bool = True,
+            features: np.ndarray | None = None) -> tuple[np.ndarray | None, dict[str, np.ndarray]]:
+    """One window from an empty cache with a causal mask: (logits [L, V] or None, extra outputs);
+    `features` [L, H]: a feature draft's `hidden_states` input (draft_features)."""
     from specdec.pipeline.engine.kv import KVBuffers
     from specdec.pipeline.engine.runner import causal_mask
 
     length = int(ids.size)
     mask = causal_mask(length, 0, graph.dtype, graph.mask_min)
-    logits, _, extras = graph.forward(ids, np.arange(length), mask, KVBuffers(graph.info).layers,
+    extra_inputs = {HIDDEN_STATES: features[None].astype(graph.dtype)} if features is not None else None
+    logits, _, extras = graph.forward(ids, np.arange(length), mask, KVBuffers(graph.info).layers, extra_inputs,
                                       extra_outputs=extra_outputs, with_logits=with_logits)
     return logits, extras
+
+
+def reads_features(spec: GraphSpec) -> bool:
+    """Is the graph a feature draft's (it takes the target's `hidden_states`)?"""
+    return any(value.name == HIDDEN_STATES for value in spec.inputs)
+
+
+def draft_features(target: Graph, windows: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """A feature draft's input for each window, from the (float) target graph: row t reads the target's
+    feature of row t - 1, zeros at t = 0 (pipeline/draft/feature_model.py's alignment)."""
+    result = []
+    for window in windows:
+        _, extras = prefill(target, np.asarray(window), (HIDDEN_STATES,), with_logits=False)
+        rows = extras[HIDDEN_STATES][0].astype(np.float32)
+        result.append(np.concatenate([np.zeros_like(rows[:1]), rows[:-1]]))
+    return result
 
 
 @contextmanager

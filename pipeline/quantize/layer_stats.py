@@ -43,15 +43,18 @@ def plan_passes(wanted: dict[str, frozenset[str]], widths: dict[str, int],
 
 
 def collect(graph: Graph, wanted: dict[str, frozenset[str]], windows: np.ndarray, seed: int,
-            on_window: Callable[[], None] | None = None) -> dict[str, LayerStats]:
-    """Accumulate the statistics `wanted` asks for, one prefill per calibration window (`on_window` after each)."""
+            on_window: Callable[[], None] | None = None,
+            features: list[np.ndarray] | None = None) -> dict[str, LayerStats]:
+    """Accumulate the statistics `wanted` asks for, one prefill per calibration window (`on_window` after each);
+    `features`: a feature draft's input per window (calibration.draft_features)."""
     rng = np.random.default_rng(seed)
     names = tuple(wanted)
     stats: dict[str, LayerStats] = {}
     per_window = math.ceil(ROW_SAMPLE / max(len(windows), 1))
     samples: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    for window in windows:
-        _, extras = prefill(graph, window, names, with_logits=False)
+    for index, window in enumerate(windows):
+        _, extras = prefill(graph, window, names, with_logits=False,
+                            features=features[index] if features is not None else None)
         for name in names:
             rows = extras[name].reshape(-1, extras[name].shape[-1])
             record = stats.get(name) or stats.setdefault(name, LayerStats(width=rows.shape[1]))

@@ -22,7 +22,14 @@ from specdec.pipeline.bundle.store import GraphSpec
 from specdec.pipeline.engine.graph import Graph
 from specdec.pipeline.errors import ValidationError, setting
 from specdec.pipeline.graphs.files import SHARED_DATA, external_bytes
-from specdec.pipeline.inputs.calibration import MAX_EVAL_WINDOWS, CalibrationData, graph_info, prefill
+from specdec.pipeline.inputs.calibration import (
+    MAX_EVAL_WINDOWS,
+    CalibrationData,
+    draft_features,
+    graph_info,
+    prefill,
+    reads_features,
+)
 from specdec.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -113,21 +120,33 @@ class LogitsError:
         return self._diff / max(1.0, self._scale)
 
 
-def _score(graph: Graph, windows: list[np.ndarray],
-           each: Callable[[int, np.ndarray], None] | None = None) -> tuple[float, list[np.ndarray]]:
+def _score(graph: Graph, windows: list[np.ndarray], each: Callable[[int, np.ndarray], None] | None = None,
+           features: list[np.ndarray] | None = None, vocab: np.ndarray | None = None
+           ) -> tuple[float, list[np.ndarray]]:
     """Perplexity over the windows (next-token NLL) and each position's argmax; `each` sees every
-    window's logits."""
+    window's logits. `features`: a feature draft's input per window (the float target's features).
+    `vocab`: a reduced draft vocabulary (draft row -> target id): argmaxes are mapped to target ids,
+    and the perplexity is over the positions whose next token it covers (before and after alike)."""
+    row_of = None
+    if vocab is not None:  # target id -> draft row, -1 where the vocabulary lacks it
+        row_of = np.full(int(vocab.max()) + 1, -1, np.int64)
+        row_of[vocab] = np.arange(vocab.size)
     nll, count, argmax = 0.0, 0, []
     for index, window in enumerate(windows):
-        logits, _ = prefill(graph, window)
+        logits, _ = prefill(graph, window, features=features[index] if features is not None else None)
         assert logits is not None
         if each is not None:
             each(index, logits)
-        argmax.append(np.argmax(logits, axis=-1))
+        best = np.argmax(logits, axis=-1)
+        argmax.append(vocab[best] if vocab is not None else best)
         if window.size > 1:
             logprobs = _log_softmax(logits[:-1])
-            nll -= float(logprobs[np.arange(window.size - 1), window[1:]].sum())
-            count += window.size - 1
+            rows, following = np.arange(window.size - 1), window[1:]
+            if row_of is not None:
+                mapped = np.where(following < row_of.size, row_of[np.minimum(following, row_of.size - 1)], -1)
+                rows, following = rows[mapped >= 0], mapped[mapped >= 0]
+            nll -= float(logprobs[rows, following].sum())
+            count += rows.size
     return (math.exp(nll / count) if count else float("nan")), argmax
 
 
@@ -194,13 +213,23 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
     changed = tuple(specs) if quantized is None else quantized
     graphs: dict[str, Any] = {}
     argmax: dict[tuple[str, str], list[np.ndarray]] = {}
+    from specdec.pipeline.engine.bundle_info import read_bundle
+
+    source_info = read_bundle(source_dir)
+    vocab = {"draft": source_info.draft_vocab()} if "draft" in specs else {}
+    features: dict[str, list[np.ndarray] | None] = {role: None for role in specs}
+    if "draft" in specs and reads_features(specs["draft"]):  # the float target's, before and after alike
+        target_graph = Graph(graph_info("target", specs["target"], source_dir / specs["target"].file))
+        features["draft"] = draft_features(target_graph, data.eval_windows)
+        del target_graph
     with progress.task("measuring quality before and after", total=len(specs) + len(changed) + 2) as task:
         windows = len(data.eval_windows)
         # one step each, so a log shows (with its time) which of the report's passes a large model spends on
         for role in (r for r in specs if r not in changed):
             with progress.task(f"{role}: scoring {windows} windows"):
                 graph = Graph(graph_info(role, specs[role], source_dir / specs[role].file))
-                _, argmax[(role, "before")] = _score(graph, data.eval_windows)
+                _, argmax[(role, "before")] = _score(graph, data.eval_windows, features=features[role],
+                                                     vocab=vocab.get(role))
                 del graph
             argmax[(role, "after")] = argmax[(role, "before")]
             task.advance()
@@ -214,7 +243,8 @@ def evaluate(source_dir: Path, output_dir: Path, specs: dict[str, GraphSpec], da
                                             ("after", output_dir, after[role], error.compare)):
                 with progress.task(f"{role} {when}: perplexity on {windows} windows"):
                     graph = Graph(graph_info(role, which, root / which.file))
-                    record[f"perplexity_{when}"], argmax[(role, when)] = _score(graph, data.eval_windows, each)
+                    record[f"perplexity_{when}"], argmax[(role, when)] = _score(
+                        graph, data.eval_windows, each, features=features[role], vocab=vocab.get(role))
                     del graph  # one graph's session at a time (5 GB at 1.24B)
                 task.advance()
             record["perplexity_increase_pct"] = 100.0 * (record["perplexity_after"] / record["perplexity_before"] - 1)

@@ -12,6 +12,7 @@ Everything else in the bundle (tokenizer, custom-op functions) is copied unchang
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -23,6 +24,7 @@ import numpy as np
 import onnx
 
 from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle, BundleWriter, GraphSpec, Manifest, input_digests
+from specdec.pipeline.engine.graph import Graph
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.graphs.files import describe_io, graph_files, load_external_data, load_graph, save_graph
 from specdec.pipeline.graphs.query import Layer, find_layers, load_weight
@@ -120,7 +122,7 @@ def _nbits_record(model: onnx.ModelProto, role: str, spec: GraphSpec, plans: lis
         group_size=config.group_size or "auto",
         symmetric=config.symmetric,
         accuracy_level=config.accuracy_level,
-        embeddings=_quantize_embeddings(model, role, config, spec.vocab_size),
+        embeddings=_quantize_embeddings(model, role, spec, config),
         summary={label: sum(1 for r in layer_records.values() if r.bits == value)
                  for label, value in (("int4", 4), ("int8", 8), ("float", "float"))},
         layers={p.layer.name: layer_records[p.layer.name] for p in plans},
@@ -154,7 +156,8 @@ def _nbits_rewrites(model: onnx.ModelProto, source: Path, role: str, spec: Graph
                 with progress.task(f"{role}: calibrating {len(wanted_now)} layer inputs on "
                                    f"{data.windows.shape[0]} samples", total=data.windows.shape[0]) as windows, \
                         calibration.probe_graph(source, role, spec, list(wanted_now), workdir) as graph:
-                    stats = layer_stats.collect(graph, wanted_now, data.windows, config.seed, windows.advance)
+                    stats = layer_stats.collect(graph, wanted_now, data.windows, config.seed, windows.advance,
+                                                features=data.features if calibration.reads_features(spec) else None)
             readers = Counter(plan.layer.input for plan in members)
             for plan in members:
                 rewrite, record = _quantize_layer(model, plan, stats.get(plan.layer.input), config, method.value,
@@ -186,17 +189,23 @@ def _quantize_layer(model: onnx.ModelProto, plan: LayerPlan, stats: LayerStats |
     return Rewrite(layer, packed, result.input_scale, config.accuracy_level), record
 
 
-def _quantize_embeddings(model: onnx.ModelProto, role: str, config: QuantizeConfig,
-                         vocab_size: int) -> dict[str, LayerQuantization]:
+def _quantize_embeddings(model: onnx.ModelProto, role: str, spec: GraphSpec,
+                         config: QuantizeConfig) -> dict[str, LayerQuantization]:
     """Gather tables into GatherBlockQuantized (RTN) where `config.embeddings_on` says so, else float.
 
     The target's table gets 8 bits (rows are read exactly once per token: int8's ~0.3% weight error
-    is below the head's and the first block's), the draft's 4 (it only proposes)."""
+    is below the head's and the first block's), the draft's 4 (it only proposes). A feature draft's
+    table is the target's own (its rows are the target's vocabulary, whatever the draft's head
+    covers): it is quantized as the target's, to the same codes, which a compiled bundle then stores
+    once for both graphs (compile/fused/flavour.py)."""
     records: dict[str, LayerQuantization] = {}
     replacements = []
-    on = config.embeddings_on(vocab_size)
+    feature = calibration.reads_features(spec)
+    on = config.embeddings_on(spec.vocab_size)
     for table in find_embeddings(model):
-        bits = config.embedding_bits_for(role, table.name) if on else None
+        if feature:
+            on = config.embeddings_on(table.V)
+        bits = config.embedding_bits_for("target" if feature else role, table.name) if on else None
         block = _block_size(table.K, config.group_size)
         if bits is None or block is None:
             reason = ("--keep-float" if on and bits is None else
@@ -221,7 +230,7 @@ def _quantize_graph_w8a8(model: onnx.ModelProto, source: Path, role: str, spec: 
                          progress: Progress) -> GraphQuantization:
     record = w8a8.quantize_graph(model, role, [plan.layer for plan in plans], config, progress, source.parent)
     load_external_data(model, source.parent)  # as in _quantize_graph: the rest, now the layers are gone
-    record.embeddings = _quantize_embeddings(model, role, config, spec.vocab_size)
+    record.embeddings = _quantize_embeddings(model, role, spec, config)
     return record
 
 
@@ -297,6 +306,12 @@ def quantize_bundle(config: QuantizeConfig, source: Bundle, progress: Progress |
                                    encode=codec.encode, vocab_size=min(s.vocab_size for s in manifest.graphs.values()),
                                    eval_limit=quality.eval_window_count(parameters, config.calib_seq_len,
                                                                         config.eval_windows))
+        if "draft" in roles and calibration.reads_features(manifest.graphs["draft"]) \
+                and ALGORITHMS[config.method_for("draft")].needs:
+            with progress.task("computing the feature draft's calibration features from the float target"):
+                target = Graph(calibration.graph_info("target", manifest.graphs["target"], source.graph_path("target")))
+                data = dataclasses.replace(data, features=calibration.draft_features(target, list(data.windows)))
+                del target
         # graphs left out of --graphs are copied byte for byte (the bundle's hashes show it)
         writer.copy_from(source, exclude=graph_files(source.manifest.files,
                                                      (manifest.graphs[role].file for role in roles)))

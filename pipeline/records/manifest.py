@@ -21,6 +21,7 @@ from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.bundle_paths import check_bundle_paths
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, parse
 from specdec.pipeline.records.decoder import Decoder
+from specdec.pipeline.records.draft_spec import DraftSpec
 from specdec.pipeline.records.kv_policy import KVPolicy
 from specdec.pipeline.records.plan import TunePlan
 from specdec.pipeline.records.reports import Reports
@@ -40,7 +41,11 @@ MANIFEST_NAME = "manifest.json"
 # 6: each graph's `source_format` (a Hugging Face checkpoint, or a GGUF file and its quantization
 # types); export writes it for every graph, so schema-5 readers reject the key, and older bundles
 # load with None (the format was not recorded).
-MANIFEST_SCHEMA = 6
+# 7: `draft` (records/draft_spec.DraftSpec): the draft's kind (a model, or a feature draft that reads
+# the target's `hidden_states`) and its reduced vocabulary file; written only where a bundle has
+# either, so a bundle without it (schema 6 and older included) reads as a model draft over the
+# target's whole vocabulary.
+MANIFEST_SCHEMA = 7
 
 
 @dataclass
@@ -267,15 +272,17 @@ class BucketTable:
         """The shared weights file the runtime files of `role` read; None where they carry their weights.
 
         ORT-format files hold their weights inline, so with `--file-format both` the runtime opens the .ort
-        variants and never the shared file the onnx variants reference."""
+        variants (or fused graph) and never the shared file the onnx ones reference."""
         data = self.weights.get(role)
-        return data if data is not None and any(v.ort_file is None for v in self.graphs.get(role, [])) else None
+        graphs: list[BucketVariant | FusedGraph] = [*self.graphs.get(role, [])]
+        graphs += [self.fused[role]] if role in self.fused else []
+        return data if data is not None and any(graph.ort_file is None for graph in graphs) else None
 
     def files(self) -> list[str]:
         """Every file a runtime opens: the variants or fused graphs, and the weights they reference."""
         files = {v.runtime_file for variants in self.graphs.values() for v in variants}
         files |= {graph.runtime_file for graph in self.fused.values()}
-        files |= {data for role in self.graphs if (data := self.shared_weights(role)) is not None}
+        files |= {data for role in {*self.graphs, *self.fused} if (data := self.shared_weights(role)) is not None}
         return sorted(files)
 
 
@@ -388,6 +395,13 @@ class Manifest:
     plan: TunePlan | None = field(default=None, metadata=OMIT_DEFAULT)  # tune: plans per device
     # quantize: the target in further weight formats, by WeightFormat value (TargetVariant)
     variants: dict[str, TargetVariant] = field(default_factory=dict, metadata=OMIT_DEFAULT)
+    # export: the draft's kind and vocabulary where it is not a model draft over the whole vocabulary
+    draft: DraftSpec | None = field(default=None, metadata=OMIT_DEFAULT)
+
+    @property
+    def draft_spec(self) -> DraftSpec:
+        """The draft's kind and vocabulary (a bundle without the record: a model draft, full vocabulary)."""
+        return self.draft if self.draft is not None else DraftSpec()
 
     @property
     def fingerprint(self) -> str:
@@ -424,11 +438,14 @@ class Manifest:
         return view
 
     def paths(self) -> Iterator[tuple[str, str]]:
-        """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, compiled
-        graphs and weights, and the weight-format variants; `entry` says where in the manifest it is."""
+        """(entry, path) for every path the manifest names: its file list, graphs, tokenizer, the draft's
+        vocabulary, compiled graphs and weights, and the weight-format variants; `entry` says where in
+        the manifest it is."""
         for rel in self.files:
             yield "files", rel
         yield "tokenizer.dir", self.tokenizer.dir
+        if self.draft is not None and self.draft.vocab is not None:
+            yield "draft.vocab.file", self.draft.vocab.file
         specs = [(f"graphs.{role}", spec) for role, spec in self.graphs.items()]
         specs += [(f"variants.{name}.graph", variant.graph) for name, variant in self.variants.items()]
         for where, spec in specs:

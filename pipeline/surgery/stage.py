@@ -22,6 +22,7 @@ from specdec.custom_ops import DOMAIN, VERSION
 from specdec.custom_ops.block_sparse_verify import block_sparse_verify
 from specdec.custom_ops.dynamic_tree_prune import dynamic_tree_prune
 from specdec.pipeline.bundle.store import Bundle, BundleWriter, input_digests
+from specdec.pipeline.engine.graph import HIDDEN_STATES
 from specdec.pipeline.engine.masks import FULL_MASK, SLIDING_MASK
 from specdec.pipeline.engine.runner import tree_mask
 from specdec.pipeline.errors import BundleError, ValidationError
@@ -127,6 +128,8 @@ def validate_surgery(before: Path, after: Path, role: str, max_k: int, seed: int
             feeds[value.name] = (3 + depths)[None].astype(np.int64)
         elif value.name in (FULL_MASK, SLIDING_MASK):  # any mask serves: both graphs get the same one
             feeds[value.name] = tree_mask(parents, 3, np.dtype(dtype))
+        elif value.name == HIDDEN_STATES:  # a feature draft's features: any serve
+            feeds[value.name] = rng.normal(size=(1, n, value.shape[2])).astype(dtype)
         else:
             shape = [1, value.shape[1], 3, value.shape[3]]
             feeds[value.name] = rng.normal(size=shape).astype(dtype)

@@ -154,11 +154,44 @@ def save(model: Any, tokenizer: Any, path: Path) -> Path:
 def make_pair(root: Path, arch: str = "llama", *, target_layers: int = 2, draft_layers: int = 1,
               hidden: int = 64, tokenizer_kind: str = "bpe", vocab_size: int = 320, seed: int = 0,
               independent_draft: bool = False, window: int | None = None,
-              chat_template: str | None = None) -> tuple[Path, Path]:
+              chat_template: str | None = None, head_scale: float = 1.0) -> tuple[Path, Path]:
+    """`head_scale` > 1 makes the target confident (tiny random models are nearly uniform), so a draft
+    that agrees with it sees its chains accepted deep."""
     tokenizer = make_tokenizer(tokenizer_kind, vocab_size)
     tokenizer.chat_template = chat_template  # saved with the tokenizer files, as chat checkpoints ship it
     vocab = len(tokenizer)
     target = make_model(arch, vocab, target_layers, hidden, seed, window=window)
+    if head_scale != 1.0:
+        with torch.no_grad():
+            target.get_output_embeddings().weight.mul_(head_scale)
     draft = (make_model(arch, vocab, draft_layers, hidden, seed + 1, window=window) if independent_draft
              else drop_layers(target, draft_layers))
     return save(target, tokenizer, root / f"{arch}-target"), save(draft, tokenizer, root / f"{arch}-draft")
+
+
+def make_feature_draft(target_dir: Path, path: Path, *, layers: int = 1, vocab_step: int = 1, seed: int = 0,
+                       copy_target: bool = False, input_norms: bool = False) -> Path:
+    """A feature draft (pipeline/draft/feature_model.py) for the checkpoint in `target_dir`, saved to `path`.
+
+    vocab_step > 1: a reduced vocabulary (every vocab_step-th id, EOS 0 included). copy_target: the
+    draft is the target itself in the feature format — its layers copied, fc passing the embedding
+    through (fc = [I, 0]) — so its proposals are the target's own and long chains are accepted; a
+    random draft (the default) is accepted rarely.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specdec.pipeline.draft.feature_model import FeatureDraft
+
+    target = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(target_dir))
+    vocab = None if vocab_step == 1 else torch.arange(0, target.config.vocab_size, vocab_step)
+    count = target.config.num_hidden_layers if copy_target else layers
+    draft = FeatureDraft.from_target(target, layers=count, draft_vocab=vocab, seed=seed, input_norms=input_norms)
+    if copy_target:
+        hidden = target.config.hidden_size
+        with torch.no_grad():
+            for mine, theirs in zip(draft.model.layers, target.model.layers, strict=True):
+                mine.load_state_dict(theirs.state_dict())
+            draft.fc.weight.zero_()
+            draft.fc.weight[:, :hidden] = torch.eye(hidden)
+    return draft.save(path, tokenizer)

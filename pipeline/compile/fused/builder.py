@@ -27,12 +27,15 @@ export from the architecture registry, so nothing here branches on a model type:
 - windowed layers get their own inputs and KV buffers (engine/fused_kv.py explains why):
 
 Contract (both roles):
-  inputs  input_ids, position_ids int64 [1, q]; per layer group, full attention then windowed
+  inputs  input_ids, position_ids int64 [1, q]; a feature draft's hidden_states [1, q, H] (its fc
+          reads [embedding ; hidden_states]); per layer group, full attention then windowed
           (prefix `sliding_`), only for the groups the decoder has: attention_bias [1, 1, q, total]
           (additive, the tree/causal mask over that group's `total` valid rows); seqlens_k int32 [1]
           (= total - 1); total_sequence_length int32 []; past_key_values.{i}.key|value
           [1, kv_heads, past, d]
-  outputs logits [1, q, vocab]; present.{i}.key|value [1, kv_heads, present, d]
+  outputs logits [1, q, vocab]; with `feature_output`, a decoder layer's output before the final norm,
+          [1, q, H] (a feature draft's target: hidden_states; the feature draft: hidden_out);
+          present.{i}.key|value [1, kv_heads, present, d]
 Bound to one buffer per layer (past and present the same memory) GQA writes the q new rows at
 `total - q … total - 1` in place and `present` is the buffer itself (with the pad row of a w8a8
 target, `build_decoder(attention_pad_row=True)`, GQA also writes a zero row at `total`: the
@@ -48,7 +51,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from specdec.pipeline.compile.fused.weights import DecoderLayer, DecoderWeights, Linear, QuantWeight
+from specdec.pipeline.compile.fused.weights import DecoderLayer, DecoderWeights, FeatureInput, Linear, pack_linears
 from specdec.pipeline.engine.fused_kv import PAD_ROW_KEY, SINGLE_ROW_EXACT_KEY
 from specdec.pipeline.errors import UnsupportedModelError
 from specdec.pipeline.graphs import int8_matmul
@@ -120,52 +123,6 @@ class _Emitter:
             return self.node("MatMul", [x, weight], last, base)[0]
         y = self.node("MatMul", [x, weight], 1, base)[0]
         return self.node("Add", [y, self.float_const(f"{base}.bias", layer.bias)], last, f"{base}/bias")[0]
-
-
-def _same_quant(a: QuantWeight, b: QuantWeight) -> bool:
-    return (a.bits, a.block_size, a.accuracy_level, a.zero_points is None) == \
-        (b.bits, b.block_size, b.accuracy_level, b.zero_points is None)
-
-
-def pack_linears(name: str, parts: list[Linear]) -> Linear | None:
-    """One linear computing all `parts` side by side (concatenated along N), or None if they differ.
-
-    MatMulNBits stores each output column's blocks independently, so concatenating along N keeps
-    every code and scale as quantize wrote it: the packed layer computes exactly the same values.
-    """
-    first = parts[0]
-    if any(p.K != first.K for p in parts) or not _same_input_scale(parts):
-        return None
-    bias = None
-    if any(p.bias is not None for p in parts):
-        bias = np.concatenate([p.bias if p.bias is not None else np.zeros(p.N, np.float32) for p in parts])
-    n = sum(p.N for p in parts)
-    int8 = [p.int8 for p in parts if p.int8 is not None]
-    if int8:  # w8a8: the parts share x, so its per-row scales; each column keeps its codes and scale
-        return Linear(name, first.K, n, int8=int8_matmul.concatenate(int8), bias=bias) \
-            if len(int8) == len(parts) and first.input_scale is None else None
-    weights = [p.weight for p in parts if p.weight is not None]
-    if len(weights) == len(parts):
-        return Linear(name, first.K, n, weight=np.concatenate(weights, axis=1), bias=bias,
-                      input_scale=first.input_scale)
-    quants = [p.quant for p in parts if p.quant is not None]
-    if len(quants) != len(parts) or any(not _same_quant(q, quants[0]) for q in quants):
-        return None
-    zero_points = [q.zero_points for q in quants if q.zero_points is not None]
-    packed = QuantWeight(packed=np.concatenate([q.packed for q in quants]),
-                         scales=np.concatenate([q.scales for q in quants]),
-                         zero_points=np.concatenate(zero_points) if zero_points else None,
-                         bits=quants[0].bits, block_size=quants[0].block_size,
-                         accuracy_level=quants[0].accuracy_level)
-    return Linear(name, first.K, n, quant=packed, bias=bias, input_scale=first.input_scale)
-
-
-def _same_input_scale(parts: list[Linear]) -> bool:
-    scales = [p.input_scale for p in parts]
-    if all(s is None for s in scales):
-        return True
-    first = scales[0]
-    return first is not None and all(s is not None and np.array_equal(s, first) for s in scales)
 
 
 def fused_blocker(decoder: Decoder | None, head_dim: int) -> str | None:
@@ -403,6 +360,26 @@ def _head(emit: _Emitter, weights: DecoderWeights, normed: str, table: str | Non
     return emit.node("Reshape", [logits, shape], [out] if out is not None else 1, "lm_head/shape")[0]
 
 
+@dataclass(frozen=True)
+class FeatureOutput:
+    """A decoder layer's output (the residual stream after it, before any later layer and the final
+    norm) as a graph output: a feature draft's target's `hidden_states`, the draft's `hidden_out`."""
+
+    name: str
+    layer: int
+
+
+def _feature_in(decoder: _Decoder, embedded: str, feature: FeatureInput) -> str:
+    """fc([embedding ; hidden_states]), each normed first where the draft has input norms."""
+    emit = decoder.emit
+    given = "hidden_states"
+    if feature.embed_norm is not None and feature.feature_norm is not None:
+        embedded = decoder.norm(embedded, feature.embed_norm, "embed_norm")
+        given = decoder.norm(given, feature.feature_norm, "feature_norm")
+    joined = emit.node("Concat", [embedded, given], 1, "fc/concat", axis=-1)[0]
+    return emit.linear(joined, feature.fc, "fc")
+
+
 def row_exact_linears(weights: DecoderWeights) -> bool:
     """Whether every linear of the decoder is w8a8 (int8_matmul): per-row activation scales and
     integer sums make a row's output the same in a call of any size, a single row included."""
@@ -412,12 +389,14 @@ def row_exact_linears(weights: DecoderWeights) -> bool:
 
 def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 18,
                   kv_scales: list[tuple[np.ndarray, np.ndarray]] | None = None,
-                  half_kv: bool = False, attention_pad_row: bool = False) -> onnx.ModelProto:
+                  half_kv: bool = False, attention_pad_row: bool = False,
+                  feature_output: FeatureOutput | None = None) -> onnx.ModelProto:
     """The fused graph of `weights` under the contract in this module's docstring; with `kv_scales`
     (per layer: key and value scales [kv_heads, 1, head_dim]) its KV buffers are int8, with
     `half_kv` float16 (a float32 graph's attention then runs in float16). With `attention_pad_row`
     GroupQueryAttention never runs a single row (engine/fused_kv.py, PAD_ROW_KEY): what makes a
-    w8a8 target's one-row plain steps bitwise equal to its chain rows."""
+    w8a8 target's one-row plain steps bitwise equal to its chain rows. With `feature_output` a
+    layer's output is a graph output too; a feature draft's weights (`feature_input`) add its input."""
     record = weights.decoder
     reason = fused_blocker(record, weights.head_dim)
     if reason is not None:
@@ -434,19 +413,26 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
     decoder = _Decoder(emit, weights, ropes, kv_scales, half, pad_row=attention_pad_row)
     kv_elem = TensorProto.INT8 if kv_scales is not None else TensorProto.FLOAT16 if half_kv else elem
     hidden, table = _embed(emit, weights)
+    if weights.feature_input is not None:
+        hidden = _feature_in(decoder, hidden, weights.feature_input)
     branch: str | None = None  # the last sublayer's output, still to be added to `hidden`
     for index, layer in enumerate(weights.layers):
         base = f"layers.{index}"
         for sublayer, run in (("attention", decoder.attention), ("mlp", decoder.mlp)):
             x, hidden = decoder.skip_norm(branch, hidden, layer.norms[f"{sublayer}_in"], f"{base}.{sublayer}_in_norm")
+            if feature_output is not None and sublayer == "attention" and feature_output.layer == index - 1:
+                emit.node("Identity", [hidden], [feature_output.name], feature_output.name)  # the residual so far
             branch = run(x, layer, index)
             out_norm = layer.norms.get(f"{sublayer}_out")
             if out_norm is not None:
                 branch = decoder.norm(branch, out_norm, f"{base}.{sublayer}_out_norm")
     assert branch is not None
     final_w = emit.float_const("norm.weight", weights.final_norm)
-    normed = emit.node("SkipSimplifiedLayerNormalization", [branch, hidden, final_w], 1, "final_norm",
-                       domain=MS_DOMAIN, epsilon=record.norm_eps)[0]
+    last = feature_output is not None and feature_output.layer == len(weights.layers) - 1
+    final = emit.node("SkipSimplifiedLayerNormalization", [branch, hidden, final_w],
+                      [emit.name("final_norm/out0"), "", "", feature_output.name] if last and feature_output
+                      else 1, "final_norm", domain=MS_DOMAIN, epsilon=record.norm_eps)
+    normed = final[0]
     cap = record.final_logit_softcap
     if cap is None:
         _head(emit, weights, normed, table, out="logits")
@@ -457,11 +443,18 @@ def build_decoder(weights: DecoderWeights, *, max_positions: int, opset: int = 1
         emit.node("Mul", [capped, emit.float_const("softcap_out", np.array(cap))], ["logits"], "softcap/mul")
 
     inputs = [_value("input_ids", TensorProto.INT64, [1, "q"]), _value("position_ids", TensorProto.INT64, [1, "q"])]
+    if weights.feature_input is not None:
+        inputs.append(_value("hidden_states", elem, [1, "q", weights.hidden]))
     for window in sorted({*record.windows}, key=lambda w: w or 0):
         bias, seqlens, total = _group_inputs(window)
         inputs += [_value(bias, elem, [1, 1, "q", total]), _value(seqlens, TensorProto.INT32, [1]),
                    _value(total, TensorProto.INT32, [])]
     outputs = [_value("logits", elem, [1, "q", int(weights.head.N)])]
+    if feature_output is not None:
+        if not 0 <= feature_output.layer < len(weights.layers):
+            raise UnsupportedModelError(f"the decoder has no layer {feature_output.layer} to output the features of",
+                                        "re-export the bundle")
+        outputs.append(_value(feature_output.name, elem, [1, "q", weights.hidden]))
     for index, window in enumerate(record.windows):  # a group's buffers share their length
         prefix = "" if window is None else "sliding_"
         for kind in ("key", "value"):

@@ -88,6 +88,16 @@ class DecoderLayer:
         return [linear for linear in candidates if linear is not None]
 
 
+@dataclass(frozen=True)
+class FeatureInput:
+    """A feature draft's input stage (pipeline/draft/feature_model.py): `fc` over [embedding ; feature],
+    with RMS norms on both first where the draft has them."""
+
+    fc: Linear
+    embed_norm: np.ndarray | None = None
+    feature_norm: np.ndarray | None = None
+
+
 @dataclass
 class DecoderWeights:
     embedding: Embedding
@@ -99,6 +109,7 @@ class DecoderWeights:
     num_kv_heads: int
     head_dim: int
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
+    feature_input: FeatureInput | None = None  # a feature draft: its graph also reads `hidden_states`
     # the head is the float embedding table transposed (tied word embeddings): the fused graph reads one
     # initializer for both. A quantized head is not: quantize gives it its own codes (int4/int8 per
     # column) while the table stays float or takes GatherBlockQuantized's blocks, so the two differ.
@@ -275,6 +286,7 @@ def read_decoder(model: onnx.ModelProto, *, num_kv_heads: int, head_dim: int, dt
         embedding=embedding, layers=layers, final_norm=graph.norm_weight("model.norm"),
         head=head, decoder=decoder, num_heads=query_width // head_dim, num_kv_heads=num_kv_heads,
         head_dim=head_dim, dtype=np.dtype(dtype), tied_head=tied(embedding, head),
+        feature_input=_feature_input(graph, linears),
     )
 
 
@@ -284,3 +296,60 @@ def tied(embedding: Embedding, head: Linear) -> bool:
     table, weight = embedding.table, head.weight
     return (table is not None and weight is not None and head.bias is None and head.input_scale is None
             and weight.shape == table.shape[::-1] and weight.dtype == table.dtype and np.array_equal(weight, table.T))
+
+
+def _feature_input(graph: _Graph, linears: dict[str, Linear]) -> FeatureInput | None:
+    """A feature draft's fc (and input norms), found by their module paths; None for other graphs."""
+    if not any(value.name == "hidden_states" for value in graph.model.graph.input):
+        return None
+    if "fc" not in linears:
+        raise UnsupportedModelError("the feature draft graph has no fc linear layer", _NOT_FUSABLE)
+    norms = "embed_norm" in graph.by_module
+    return FeatureInput(fc=linears["fc"], embed_norm=graph.norm_weight("embed_norm") if norms else None,
+                        feature_norm=graph.norm_weight("feature_norm") if norms else None)
+
+
+def _same_quant(a: QuantWeight, b: QuantWeight) -> bool:
+    return (a.bits, a.block_size, a.accuracy_level, a.zero_points is None) == \
+        (b.bits, b.block_size, b.accuracy_level, b.zero_points is None)
+
+
+def pack_linears(name: str, parts: list[Linear]) -> Linear | None:
+    """One linear computing all `parts` side by side (concatenated along N), or None if they differ.
+
+    MatMulNBits stores each output column's blocks independently, so concatenating along N keeps
+    every code and scale as quantize wrote it: the packed layer computes exactly the same values.
+    """
+    first = parts[0]
+    if any(p.K != first.K for p in parts) or not _same_input_scale(parts):
+        return None
+    bias = None
+    if any(p.bias is not None for p in parts):
+        bias = np.concatenate([p.bias if p.bias is not None else np.zeros(p.N, np.float32) for p in parts])
+    n = sum(p.N for p in parts)
+    int8 = [p.int8 for p in parts if p.int8 is not None]
+    if int8:  # w8a8: the parts share x, so its per-row scales; each column keeps its codes and scale
+        return Linear(name, first.K, n, int8=int8_matmul.concatenate(int8), bias=bias) \
+            if len(int8) == len(parts) and first.input_scale is None else None
+    weights = [p.weight for p in parts if p.weight is not None]
+    if len(weights) == len(parts):
+        return Linear(name, first.K, n, weight=np.concatenate(weights, axis=1), bias=bias,
+                      input_scale=first.input_scale)
+    quants = [p.quant for p in parts if p.quant is not None]
+    if len(quants) != len(parts) or any(not _same_quant(q, quants[0]) for q in quants):
+        return None
+    zero_points = [q.zero_points for q in quants if q.zero_points is not None]
+    packed = QuantWeight(packed=np.concatenate([q.packed for q in quants]),
+                         scales=np.concatenate([q.scales for q in quants]),
+                         zero_points=np.concatenate(zero_points) if zero_points else None,
+                         bits=quants[0].bits, block_size=quants[0].block_size,
+                         accuracy_level=quants[0].accuracy_level)
+    return Linear(name, first.K, n, quant=packed, bias=bias, input_scale=first.input_scale)
+
+
+def _same_input_scale(parts: list[Linear]) -> bool:
+    scales = [p.input_scale for p in parts]
+    if all(s is None for s in scales):
+        return True
+    first = scales[0]
+    return first is not None and all(s is not None and np.array_equal(s, first) for s in scales)

@@ -63,6 +63,49 @@ def test_second_token_follows_target(tiny_vocab_bundle, mode: str, temperature: 
     assert stats.chisquare(observed, wanted * observed.sum() / wanted.sum()).pvalue > 1e-3
 
 
+# ---- a reduced draft vocabulary: ids outside it have draft probability 0 ----------------------------
+
+@pytest.fixture(scope="module")
+def reduced_vocab_bundles(feature_factory, pair_factory, tmp_path_factory):  # type: ignore[no-untyped-def]
+    """The tiny-vocabulary target with (a) a feature draft that is the target itself restricted to every
+    second id and (b) its layer-dropped model draft restricted to every third id (--draft-vocab)."""
+    shape = {"tokenizer_kind": "words", "vocab_size": 24, "hidden": 32}
+    feature = feature_factory(copy_target=True, vocab_step=2, **shape)
+    target, draft = pair_factory("llama", **shape)
+    root = tmp_path_factory.mktemp("reduced")
+    np.save(root / "vocab.npy", np.arange(0, 24, 3))
+    model = export_bundle(ExportConfig(target=str(target), draft=str(draft), output=root / "b",
+                                       draft_vocab=root / "vocab.npy"))
+    return {"feature": feature, "model": model}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,mode,temperature", [("feature", "match", 1.0), ("feature", "rrs", 1.0),
+                                                   ("feature", "rrs", 0.6), ("model", "rrs", 1.0)])
+def test_a_reduced_vocabulary_draft_keeps_the_targets_distribution(reduced_vocab_bundles, kind: str, mode: str,  # type: ignore[no-untyped-def]
+                                                                   temperature: float) -> None:
+    """Depth-2 rounds from the first: the second and third tokens follow the target's distribution."""
+    bundle = reduced_vocab_bundles[kind]
+    engine = Engine(bundle.path)
+    vocab = set(np.load(bundle.path / "draft_vocab.npy").tolist())
+    assert len(vocab) < engine.vocab
+    second, third = _token_distributions(Path(bundle.manifest.graphs["target"].source), PROMPT, temperature)
+    counts = [np.zeros_like(second), np.zeros_like(third)]
+    accepted = 0
+    for seed in range(SAMPLES):
+        reply = engine.generate(PROMPT, DecodeConfig(seed=seed, max_new_tokens=4, temperature=temperature,
+                                                     mode=mode))  # type: ignore[arg-type]
+        accepted += sum(r.accepted_len - 1 for r in reply.speculative_rounds)
+        out = reply.output_ids
+        for position, tally in ((1, counts[0]), (2, counts[1])):
+            tally[out[position] if len(out) > position else STOP] += 1
+    assert accepted > SAMPLES // 10  # drafted tokens were accepted, not only the target's own
+    outside = [token for token in range(engine.vocab) if token not in vocab]
+    assert counts[0][outside].sum() > 0  # and tokens the draft cannot propose still come out
+    pvalues = [_chi_square_p(counts[0], second), _chi_square_p(counts[1], third)]
+    assert min(pvalues) * 2 > 1e-3  # Bonferroni over the two tokens
+
+
 # ---- with prompt lookup: deterministic (point-mass) branches next to the draft's draws -----------
 
 STOP = -1  # the reply ended (EOS) before the token

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from specdec.pipeline.records.codec import RecordError, parse
@@ -53,3 +55,47 @@ def test_a_graph_records_its_source_format_and_older_bundles_load_without_it() -
     assert dump(SourceFormat(CheckpointFormat.huggingface)) == {"format": "huggingface"}
     with pytest.raises(RecordError, match="'g.source_format.format'"):
         parse(GraphSpec, {**spec, "source_format": {"format": "safetensors"}}, "g")
+
+
+def _manifest_file(root: Path, version: int, draft: dict[str, object] | None = None) -> Path:
+    """A bundle directory holding only a manifest of `version` (a target, a draft and a tokenizer entry)."""
+    import json
+
+    def graph(role: str) -> dict[str, object]:
+        return {"file": f"{role}.onnx", "architecture": "llama", "source": role, "dtype": "float32",
+                "num_layers": 1, "num_kv_heads": 1, "head_dim": 4, "vocab_size": 8, "max_position_embeddings": 32,
+                "inputs": [], "outputs": [], "source_format": {"format": "huggingface"}}
+
+    raw: dict[str, object] = {"schema_version": version, "tool_version": "0.1.0",
+                              "graphs": {"target": graph("target"), "draft": graph("draft")},
+                              "tokenizer": {"vocab_size": 8, "eos_token_ids": [2]}}
+    if draft is not None:
+        raw["draft"] = draft
+    root.mkdir()
+    (root / "manifest.json").write_text(json.dumps(raw))
+    return root
+
+
+def test_a_schema_6_manifest_reads_as_a_model_draft_over_the_whole_vocabulary(tmp_path: Path) -> None:
+    """Schema 7 added the `draft` record; a schema-6 bundle (GGUF sources, no record) reads with its defaults."""
+    from specdec.pipeline.records.draft_spec import DraftKind
+    from specdec.pipeline.records.manifest import MANIFEST_SCHEMA, read_manifest
+
+    assert MANIFEST_SCHEMA == 7
+    manifest = read_manifest(_manifest_file(tmp_path / "six", 6))
+    assert manifest.schema_version == 6 and manifest.draft is None
+    spec = manifest.draft_spec
+    assert spec.kind is DraftKind.model and spec.vocab is None and spec.feature_layer is None
+    assert manifest.graphs["target"].source_format is not None
+
+
+def test_the_draft_vocabulary_file_is_under_the_path_policy(tmp_path: Path) -> None:
+    from specdec.pipeline.errors import BundleError
+    from specdec.pipeline.records.manifest import read_manifest
+
+    record = {"kind": "feature", "feature_layer": 0, "hidden_size": 4, "vocab": {"file": "draft_vocab.npy", "size": 4}}
+    manifest = read_manifest(_manifest_file(tmp_path / "seven", 7, record))
+    assert ("draft.vocab.file", "draft_vocab.npy") in list(manifest.paths())
+    escaping = {**record, "vocab": {"file": "../draft_vocab.npy", "size": 4}}
+    with pytest.raises(BundleError, match=r"draft\.vocab\.file.*climbs out of the bundle"):
+        read_manifest(_manifest_file(tmp_path / "out", 7, escaping))

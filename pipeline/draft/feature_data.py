@@ -1,0 +1,314 @@
+"""Training data of a feature draft: the target's own greedy answers and its features at every position.
+
+The target answers chat-like prompts (chat_prompts.py; windows of the user's text when the
+checkpoint has no chat template) greedily, many rows a batch with a KV cache, rows leaving the
+batch as they end. Each row keeps the feature the draft will read (the output of decoder layer
+`feature_layer`, before the final norm) at every position the target processed, and the target's
+greedy choice after every prompt position (free: the prefill computes those logits' inputs
+anyway), so prompt positions train the draft too.
+
+Generation dominates a feature draft's budget, so it runs in bfloat16 where the CPU multiplies
+bfloat16 faster than float32 (AMX / AVX512-BF16: measured 1.8-2.4x the tokens per CPU-second,
+`fastest_dtype` probes it), else in float32. bfloat16 greedy text drifts from float32's after some
+tens of tokens, but it stays the target's kind of text and every label is that model's own greedy
+choice after the row's prefix; the features differ from float32's in the last bits, about as much
+as a quantized target's do at run time.
+
+Batches are written as shards (`shard_NNNN.pt`) into a work directory as they finish, so an
+interrupted run resumes after the last one; a batch still running at the deadline stops there,
+its rows cut (still the target's text).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specdec.pipeline.draft import chat_prompts
+from specdec.pipeline.draft.feature_model import decoder_layers, layer_output
+from specdec.pipeline.progress import Progress
+
+log = logging.getLogger(__name__)
+
+SHARD_GLOB = "shard_*.pt"
+HOLDOUT = 16  # 1 row in HOLDOUT is held out for the report's acceptance
+_LOGIT_CHUNK = 64  # prompt positions whose logits are formed at once (49k-wide rows add up)
+
+
+class GenerationDtype(enum.StrEnum):
+    auto = "auto"  # the faster of the two on this CPU (fastest_dtype)
+    float32 = "float32"
+    bfloat16 = "bfloat16"
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    batch: int = 128  # rows generated together: wider batches read the weights once for more tokens
+    max_new: int = 192  # tokens an answer may take
+    max_prompt: int = 384  # prompt tokens kept (longer recycled passages are cut at the front)
+    recycle_every: int = 4  # every N-th batch asks about the target's earlier answers (chat_prompts.recycled)
+    seed: int = 0
+
+
+@dataclass
+class Row:
+    ids: torch.Tensor  # int64 [L]: prompt + answer
+    prompt_len: int
+    features: torch.Tensor  # float16 [L - 1, H]: feature of positions 0 .. L - 2
+    labels: torch.Tensor  # int64 [L - 1]: the target's greedy token after positions 0 .. L - 2
+
+
+def fastest_dtype(hidden: int, intermediate: int, rows: int = 128, repeats: int = 3) -> torch.dtype:
+    """bfloat16 when this CPU multiplies a decode step's shapes faster in it than in float32 (AMX or
+    AVX512-BF16), else float32: without those, bfloat16 matmuls are emulated and slower."""
+    best: dict[torch.dtype, float] = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(rows, hidden).to(dtype)
+        w = torch.randn(intermediate, hidden).to(dtype)
+        torch.nn.functional.linear(x, w)  # warm-up: packing, lazy initialisation
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            for _ in range(4):
+                torch.nn.functional.linear(x, w)
+            times.append(time.perf_counter() - began)
+        best[dtype] = min(times)
+    choice = torch.bfloat16 if best[torch.bfloat16] < 0.8 * best[torch.float32] else torch.float32
+    log.info("matmul probe: float32 %.2f ms, bfloat16 %.2f ms: generating in %s", best[torch.float32] * 250,
+             best[torch.bfloat16] * 250, choice)
+    return choice
+
+
+@torch.no_grad()
+def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos: set[int], feature_layer: int,
+             pad: int, stop: Callable[[], bool] | None = None) -> list[Row]:
+    """Greedy answers to `prompts` (token ids) in one batch, with features and labels (see Row).
+    `stop()` is asked before every decode step; when it says so the live rows end there."""
+    batch, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((batch, width), pad, dtype=torch.int64)
+    mask = torch.zeros(batch, width, dtype=torch.int64)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.int64)
+        mask[row, width - len(prompt):] = 1
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    hidden = int(model.config.hidden_size)
+    features = torch.zeros(batch, width + max_new, hidden, dtype=torch.float16)
+    captured: list[torch.Tensor] = []
+    hook = decoder_layers(model)[feature_layer].register_forward_hook(
+        lambda module, args, output: captured.append(layer_output(output)))
+    try:
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=model.config)
+        out = model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
+        features[:, :width] = captured.pop().to(torch.float16)
+        final = out.last_hidden_state
+        prompt_argmax = torch.cat([model.lm_head(final[:, i:i + _LOGIT_CHUNK]).argmax(-1)
+                                   for i in range(0, width, _LOGIT_CHUNK)], dim=1)
+        following = prompt_argmax[:, -1]
+        live = torch.arange(batch)  # original row of each cache row
+        answers: list[list[int]] = [[] for _ in range(batch)]
+        finished = torch.zeros(batch, dtype=torch.bool)
+        position = positions[:, -1] + 1
+        for step in range(max_new):
+            halt = step + 1 >= max_new or (stop is not None and stop())
+            for slot, row in enumerate(live.tolist()):
+                if not finished[row]:
+                    answers[row].append(int(following[slot]))
+                    finished[row] = halt or int(following[slot]) in eos
+            running = ~finished[live]
+            if not bool(running.any()):
+                break
+            if int((~running).sum()) * 8 >= len(live):  # compact: finished rows would cost a cache row each
+                keep = running.nonzero().flatten()
+                cache.batch_select_indices(keep)
+                live, mask, following, position = live[keep], mask[keep], following[keep], position[keep]
+            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype)], dim=1)
+            out = model.model(input_ids=following[:, None], attention_mask=mask, position_ids=position[:, None],
+                              cache=cache, use_cache=True)
+            features[live, width + step] = captured.pop()[:, 0].to(torch.float16)
+            following = model.lm_head(out.last_hidden_state[:, -1]).argmax(-1)
+            position = position + 1
+    finally:
+        hook.remove()
+    rows = []
+    for row, prompt in enumerate(prompts):
+        answer = answers[row]
+        if not answer:
+            continue
+        full = torch.tensor(list(prompt) + answer, dtype=torch.int64)
+        start = width - len(prompt)
+        feats = features[row, start:width + len(answer) - 1].clone()
+        labels = torch.cat([prompt_argmax[row, start:], full[len(prompt) + 1:]])
+        rows.append(Row(ids=full, prompt_len=len(prompt), features=feats, labels=labels))
+    return rows
+
+
+def encode_chat(tokenizer: Any, prompt: str, max_prompt: int) -> list[int]:
+    """The prompt as the target's chat template renders a one-turn conversation, cut to `max_prompt`
+    tokens from the front (the template's closing tokens, which start the answer, stay)."""
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                        tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # a BatchEncoding in newer transformers
+        ids = ids["input_ids"]
+    ids = [int(i) for i in ids]
+    return ids[-max_prompt:]
+
+
+class PromptSource:
+    """Prompts batch by batch: fresh chat requests (or windows of the user's text), every
+    `recycle_every`-th batch requests about the target's earlier answers. Deterministic for a seed
+    and the answers seen, so a resumed run asks what the first run asked."""
+
+    def __init__(self, tokenizer: Any, settings: DataSettings, user_text: list[int] | None) -> None:
+        self.tokenizer, self.settings, self.user_text = tokenizer, settings, user_text
+        self.chat = bool(getattr(tokenizer, "chat_template", None))
+        self.answers: list[str] = []
+        self.fresh: list[list[int]] = []
+        self._pool_seed = settings.seed * 1_000_003  # runs with other seeds draw disjoint pools
+
+    def _refill(self) -> None:
+        b = self.settings.batch
+        if self.chat and self.user_text is None:
+            texts = chat_prompts.fresh(self._pool_seed, 4 * b)
+            encoded = [encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts]
+        else:
+            encoded = self._windows(4 * b)
+        self._pool_seed += 1
+        encoded.sort(key=len)  # rows of similar length share a batch: less padding to compute
+        chunks = [encoded[i:i + b] for i in range(0, len(encoded), b)]
+        random.Random(self._pool_seed).shuffle(chunks)
+        self.fresh = [ids for chunk in chunks for ids in chunk]
+
+    def _windows(self, count: int) -> list[list[int]]:
+        """Windows of the user's text (plain continuation), or of the built-in prompts as plain text."""
+        rng = random.Random(self._pool_seed)
+        if self.user_text is None:
+            texts = chat_prompts.fresh(self._pool_seed, count)
+            return [[int(i) for i in self.tokenizer.encode(t)][-self.settings.max_prompt:] for t in texts]
+        stream = self.user_text
+        length = min(64, max(8, len(stream) // 2))
+        starts = [rng.randrange(0, max(1, len(stream) - length)) for _ in range(count)]
+        return [list(stream[s:s + length]) for s in starts]
+
+    def batch(self, index: int) -> list[list[int]]:
+        b = self.settings.batch
+        every = self.settings.recycle_every
+        if self.chat and self.user_text is None and every > 0 and index % every == every - 1 and self.answers:
+            texts = chat_prompts.recycled(self.answers, self.settings.seed * 100_003 + index, b)
+            if texts:
+                encoded = sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
+                return encoded
+        if len(self.fresh) < b:
+            self._refill()
+        taken, self.fresh = self.fresh[:b], self.fresh[b:]
+        return taken
+
+    def saw(self, rows: Sequence[Row]) -> None:
+        self.answers += [self.tokenizer.decode(r.ids[r.prompt_len:].tolist(), skip_special_tokens=True)
+                         for r in rows]
+
+
+def save_shard(path: Path, rows: Sequence[Row], seconds: float) -> None:
+    """The shard, then its sidecar (what it cost, read on resume without loading the features)."""
+    state = {"ids": [r.ids for r in rows], "prompt_len": [r.prompt_len for r in rows],
+             "features": [r.features for r in rows], "labels": [r.labels for r in rows], "seconds": seconds}
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(path)
+    answer = sum(len(r.ids) - r.prompt_len for r in rows)
+    path.with_suffix(".json").write_text(json.dumps({"seconds": seconds, "rows": len(rows), "answer_tokens": answer}))
+
+
+def load_shard(path: Path) -> tuple[list[Row], float]:
+    state = torch.load(path, weights_only=True)
+    rows = [Row(ids=i, prompt_len=int(p), features=f, labels=lab)
+            for i, p, f, lab in zip(state["ids"], state["prompt_len"], state["features"], state["labels"], strict=True)]
+    return rows, float(state["seconds"])
+
+
+@dataclass
+class Corpus:
+    train: list[Row]
+    heldout: list[Row]
+    seconds: float  # clock seconds the shards took (all runs)
+    batches: int
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(r.ids) - r.prompt_len for r in self.train + self.heldout)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.prompt_len for r in self.train + self.heldout)
+
+
+def split(rows: Sequence[Row], start: int) -> tuple[list[Row], list[Row]]:
+    """(train, held out): every HOLDOUT-th row by its index over the whole run (`start` = rows before)."""
+    train: list[Row] = []
+    heldout: list[Row] = []
+    for offset, row in enumerate(rows):
+        (heldout if (start + offset) % HOLDOUT == HOLDOUT - 1 else train).append(row)
+    return train, heldout
+
+
+def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, feature_layer: int,
+          clock: Callable[[], float], deadline: float, user_text: list[int] | None, progress: Progress,
+          max_batches: int | None = None, min_batches: int = 1) -> Corpus:
+    """Generate batches into `work` until `deadline` on `clock` (a batch running then is cut) or
+    `max_batches`, after reading the shards an earlier run left there. `min_batches` start whatever
+    the deadline (each row of a batch cut at once still holds the prompt and one answer token)."""
+    eos = eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
+    source = PromptSource(tokenizer, settings, user_text)
+    corpus = Corpus(train=[], heldout=[], seconds=0.0, batches=0)
+    count = 0
+    with progress.task("the target answers prompts (feature draft data)") as task:
+        while max_batches is None or corpus.batches < max_batches:
+            path = work / f"shard_{corpus.batches:04d}.pt"
+            prompts = source.batch(corpus.batches)
+            if path.is_file():
+                rows, seconds = load_shard(path)
+            else:
+                if corpus.batches >= min_batches and clock() >= deadline:
+                    break
+                began = clock()
+                rows = generate(model, prompts, max_new=settings.max_new, eos=eos, feature_layer=feature_layer,
+                                pad=int(pad), stop=lambda: clock() >= deadline)
+                seconds = clock() - began
+                save_shard(path, rows, seconds)
+                made = sum(len(r.ids) - r.prompt_len for r in rows)
+                log.info("batch %d: %d rows, %d answer tokens in %.0f s (%.0f tokens/s)", corpus.batches, len(rows),
+                         made, seconds, made / max(seconds, 1e-9))
+            source.saw(rows)
+            train, heldout = split(rows, count)
+            count += len(rows)
+            corpus.train += train
+            corpus.heldout += heldout
+            corpus.seconds += seconds
+            corpus.batches += 1
+            task.advance()
+            task.describe(f"the target answers prompts: {corpus.generated_tokens} tokens")
+    if not corpus.heldout and len(corpus.train) > 1:  # a tiny run still reports on one unseen answer
+        corpus.heldout.append(corpus.train.pop())
+    return corpus
+
+
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """The ids that end an answer: the generation config's and the tokenizer's."""
+    ids: set[int] = set()
+    for value in (getattr(getattr(model, "generation_config", None), "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(int(v) for v in value)
+    return ids or {0}

@@ -1,0 +1,137 @@
+"""`specdec draft --kind feature` end to end on a tiny target: a loadable feature draft with its report,
+resume equal to an uninterrupted run, the budget kept, reused answers, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from specdec.pipeline.draft import DraftConfig, make_draft
+from specdec.pipeline.draft.clock import ClockKind
+from specdec.pipeline.draft.config import DraftMethod
+from specdec.pipeline.draft.feature_model import FeatureDraft
+from specdec.pipeline.draft.feature_stage import work_dir
+from specdec.pipeline.errors import InputError, UnsupportedModelError
+
+SMALL: dict[str, Any] = {"kind": DraftMethod.feature, "prompts": 8, "answer_tokens": 8, "threads": 1,
+                         "vocab_size": 100, "checkpoint_minutes": 1e-9}
+
+
+@pytest.fixture(scope="module")
+def made(target: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("feature") / "draft"
+    make_draft(DraftConfig(target=str(target), output=out, steps=4, **SMALL))
+    return out
+
+
+def test_the_draft_loads_on_the_targets_embedding_and_reports_itself(target: Path, made: Path) -> None:
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
+    draft = FeatureDraft.load(made, model.get_input_embeddings().weight)
+    assert draft.config.feature_layer == model.config.num_hidden_layers - 1 and draft.config.input_norms
+    assert draft.vocab.numel() == 100 and 0 in draft.vocab.tolist()  # EOS always proposable
+    assert torch.equal(draft.lm_head.weight, model.get_output_embeddings().weight[draft.vocab])  # frozen head
+    assert torch.equal(draft.model.norm.weight, model.model.norm.weight)
+    report = json.loads((made / "draft_report.json").read_text())
+    assert report["kind"] == "feature" and report["training"]["steps"] == 4 and report["data"]["rows"] == 8
+    assert 0 <= report["quality"]["alpha1"] <= 1 and report["quality"]["positions"] > 0
+    assert set(report["quality"]["chain"]) == {"3", "4", "5", "6"}
+    assert report["sizes"]["own_params"] == draft.own_parameters()
+    assert set(report["files"]) == {p.name for p in made.iterdir()}
+    assert not work_dir(made).exists()  # the answers and checkpoint go once the draft is written
+
+
+class _Interrupt:
+    """A Progress whose training task raises KeyboardInterrupt after `at` steps."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    @contextmanager
+    def task(self, description: str, total: int | None = None) -> Iterator[Any]:
+        at = self.at if description.startswith("training") else None
+
+        class Task:
+            done = 0
+
+            def advance(self, steps: int = 1) -> None:
+                self.done += steps
+                if at is not None and self.done > at:
+                    raise KeyboardInterrupt
+
+            def describe(self, description: str) -> None:
+                return None
+
+        yield Task()
+
+
+def test_resume_gives_the_weights_of_an_uninterrupted_run(target: Path, made: Path, tmp_path: Path) -> None:
+    config = DraftConfig(target=str(target), output=tmp_path / "parts", steps=4, **SMALL)
+    with pytest.raises(KeyboardInterrupt):
+        make_draft(config, progress=_Interrupt(at=2))
+    assert (work_dir(config.output) / "train-state.pt").is_file() and not config.output.exists()
+    resumed = make_draft(DraftConfig(**{**config.__dict__, "resume": True}))
+    ours, theirs = load_file(str(resumed.path / "model.safetensors")), load_file(str(made / "model.safetensors"))
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    with pytest.raises(InputError, match="nothing to resume"):
+        make_draft(DraftConfig(**{**config.__dict__, "output": tmp_path / "none", "resume": True}))
+
+
+def test_the_budget_bounds_the_whole_run(target: Path, tmp_path: Path) -> None:
+    small = {**SMALL, "prompts": None, "checkpoint_minutes": 0}
+    result = make_draft(DraftConfig(target=str(target), output=tmp_path / "d", minutes=0.05, clock=ClockKind.cpu,
+                                    **small))
+    report = result.report
+    assert report["budget_minutes"] == 0.05 and report["clock"] == "cpu"
+    assert report["minutes"] <= 0.05 * 1.1  # data stops at half the budget, training by its last 4 %
+    assert report["data"]["batches"] >= 1 and report["training"]["steps"] >= 1
+
+
+def test_answers_kept_in_a_data_directory_are_reused(target: Path, tmp_path: Path) -> None:
+    data = tmp_path / "answers"
+    first = make_draft(DraftConfig(target=str(target), output=tmp_path / "a", steps=2, data=data, **SMALL))
+    stamps = {p.name: p.stat().st_mtime_ns for p in data.glob("shard_*.pt")}
+    second = make_draft(DraftConfig(target=str(target), output=tmp_path / "b", steps=3, data=data, **SMALL))
+    assert stamps and {p.name: p.stat().st_mtime_ns for p in data.glob("shard_*.pt")} == stamps
+    assert second.report["data"]["answer_tokens"] == first.report["data"]["answer_tokens"]
+    with pytest.raises(InputError, match="another seed"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "c", steps=2, data=data, seed=9, **SMALL))
+
+
+def test_options_of_the_other_kind_are_refused(target: Path, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="only apply to kind pruned"):
+        DraftConfig(target=str(target), output=tmp_path / "d", kind=DraftMethod.feature, ffn=64)
+    with pytest.raises(InputError, match="only apply to kind feature"):
+        DraftConfig(target=str(target), output=tmp_path / "d", vocab_size=64)
+
+
+def test_an_unsupported_target_is_refused_before_loading(tmp_path: Path) -> None:
+    from support.tiny_models import make_model, make_tokenizer, save
+
+    tokenizer = make_tokenizer()
+    gpt2 = save(make_model("gpt2", len(tokenizer)), tokenizer, tmp_path / "gpt2")
+    with pytest.raises(UnsupportedModelError, match="cannot train on a gpt2 target"):
+        make_draft(DraftConfig(target=str(gpt2), output=tmp_path / "d", steps=1, **SMALL))
+    assert not (tmp_path / "d").exists() and not work_dir(tmp_path / "d").exists()
+
+
+def test_a_feature_draft_from_a_gguf_target(tmp_path: Path) -> None:
+    """The target may be a GGUF file (dequantized by transformers' GGUF loader), as for the pruned kind."""
+    from gguf import GGMLQuantizationType
+    from support.tiny_gguf import write_llama
+
+    path = write_llama(tmp_path / "target.gguf", GGMLQuantizationType.Q8_0)
+    out = tmp_path / "draft"
+    result = make_draft(DraftConfig(target=str(path), output=out, steps=2, **SMALL))
+    assert result.report["kind"] == "feature" and result.report["target"] == str(path)
+    target = AutoModelForCausalLM.from_pretrained(str(tmp_path), gguf_file=path.name, dtype=torch.float32)
+    draft = FeatureDraft.load(out, target.get_input_embeddings().weight)
+    assert torch.equal(draft.lm_head.weight, target.get_output_embeddings().weight[draft.vocab])
+    assert (out / "tokenizer.json").is_file()
