@@ -13,7 +13,7 @@ from specdec.cli.console import RichProgress, err
 from specdec.cli.render import human_bytes
 from specdec.pipeline.draft import DraftConfig, make_draft
 from specdec.pipeline.draft.clock import ClockKind
-from specdec.pipeline.draft.config import DraftMethod
+from specdec.pipeline.draft.config import DraftMethod, default_kind
 
 
 def feature_table(report: dict[str, Any]) -> Table:
@@ -74,7 +74,8 @@ def draft(
     output: Annotated[Path, typer.Option("--output", "-o", help="Draft checkpoint directory to write.")],
     kind: DraftMethod = typer.Option(None, "--kind", help="feature: an EAGLE-style draft, one decoder layer over the "
                                                           "target's hidden states; pruned: the target pruned at its "
-                                                          "width and distilled (default pruned)."),
+                                                          "width and distilled (default feature; pruned when "
+                                                          "--size, --heads or --ffn is given)."),
     size: float = typer.Option(None, "--size", help="Draft's share of the target's decoder-layer weights, used for "
                                                     "what --layers/--ffn leave open (default 0.1)."),
     layers: int = typer.Option(None, "--layers", help="Decoder layers to keep, the most important by measured KL "
@@ -113,6 +114,8 @@ def draft(
     target's width and distilled on the target's own text; its embedding, final norm and head are the
     target's tensors, so `export` stores them once; --calib adds your text to the target's own
     (default: none). --seed fixes the target's text and the training order."""
+    if kind is None:
+        kind = default_kind(locals())
     config = options.config_from(DraftConfig, locals())
     result = make_draft(config, progress=RichProgress())
     err.print(TABLES.get(result.report.get("kind", "pruned"), draft_table)(result.report))

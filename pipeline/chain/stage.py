@@ -37,6 +37,7 @@ from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle, fingerprint, in
 from specdec.pipeline.checkpoints import builtin
 from specdec.pipeline.compile import CompileConfig, compile_bundle, compile_settings
 from specdec.pipeline.draft import DraftConfig, make_draft
+from specdec.pipeline.draft.config import default_kind
 from specdec.pipeline.draft.report import read as read_draft_report
 from specdec.pipeline.draft.target import resolve_target
 from specdec.pipeline.errors import BundleError, InputError
@@ -183,6 +184,7 @@ def _from_target(value: Any, target: str, root: Path, base: Path) -> DraftConfig
             raise RecordError(f"draft.from_target.{key}", "is set by the pipeline")
     if values.get("calib") is not None:
         values["calib"] = str(base / str(values["calib"]))
+    values.setdefault("kind", str(default_kind(values)))  # as `specdec draft` chooses
     config: DraftConfig = from_dict(DraftConfig, {**values, "target": target, "output": root / DRAFT_DIR,
                                                   "force": True}, "draft.from_target")
     return config

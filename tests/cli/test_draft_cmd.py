@@ -15,12 +15,12 @@ runner = CliRunner()
 @pytest.mark.parametrize("args, flag", [
     (["--ffn", "100"], "--ffn"),
     (["--heads", "3"], "--heads"),
-    (["--layers", "9"], "--layers"),
+    (["--kind", "pruned", "--layers", "9"], "--layers"),
     (["--size", "1.5"], "--size"),
     (["--size", "0.2", "--layers", "2"], "--layers"),
     (["--minutes", "0"], "--minutes"),
     (["--steps", "0"], "--steps"),
-    (["--resume"], "--resume"),
+    (["--kind", "pruned", "--resume"], "--resume"),
     (["--calib", "missing.txt"], "--calib"),
 ])
 def test_bad_options_are_one_line(args: list[str], flag: str, tmp_path: Path) -> None:
@@ -37,8 +37,18 @@ def test_unsupported_target_is_one_line(tmp_path: Path) -> None:
 
     tokenizer = make_tokenizer()
     target = save(make_model("gpt2", len(tokenizer)), tokenizer, tmp_path / "gpt2")
-    result = runner.invoke(app, ["draft", str(target), "-o", str(tmp_path / "d")])
+    result = runner.invoke(app, ["draft", str(target), "-o", str(tmp_path / "d"), "--kind", "pruned"])
     assert result.exit_code == 4 and "cannot prune a gpt2 target" in result.output, result.output
+    result = runner.invoke(app, ["draft", str(target), "-o", str(tmp_path / "d")])  # the default kind: feature
+    assert result.exit_code == 4 and "--kind feature cannot train on a gpt2 target" in result.output, result.output
+
+
+def test_the_default_kind_is_feature_unless_a_pruning_option_is_given() -> None:
+    from specdec.pipeline.draft.config import DraftMethod, default_kind
+
+    assert default_kind({"layers": 2, "steps": 10, "size": None}) is DraftMethod.feature
+    for key in ("size", "heads", "ffn"):
+        assert default_kind({key: 1}) is DraftMethod.pruned
 
 
 def test_refuses_to_overwrite_without_force(tmp_path: Path) -> None:
