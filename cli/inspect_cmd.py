@@ -26,7 +26,8 @@ from specdec.cli.render import (
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.bundle.summary import summarize
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.records.manifest import CheckpointFormat, GraphQuantization, Quantization
+from specdec.pipeline.records.manifest import CheckpointFormat
+from specdec.pipeline.records.quantization import GraphQuantization, Quantization
 
 
 def _shape(shape: list[Any]) -> str:

@@ -12,7 +12,7 @@ from specdec.cli.console import RichProgress, err
 from specdec.cli.render import quality_table
 from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.quantize import QuantizeConfig, quantize_bundle
-from specdec.pipeline.records.manifest import MIXED_FORMAT
+from specdec.pipeline.records.quantization import MIXED_FORMAT
 
 
 def quantize(

@@ -13,8 +13,8 @@ from specdec.pipeline.bench.fleet import FleetOutcome
 from specdec.pipeline.bench.stage import BenchOutcome
 from specdec.pipeline.errors import DeviceLostError, FleetError, GateFailedError
 from specdec.pipeline.records.fleet import DeviceStatus, FleetResults
-from specdec.pipeline.records.manifest import Quantization
 from specdec.pipeline.records.plan import DevicePlan
+from specdec.pipeline.records.quantization import Quantization
 from specdec.pipeline.records.reports import CompileReport, QuantizeReport
 from specdec.pipeline.records.results import BenchResults
 

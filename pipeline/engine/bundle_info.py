@@ -15,14 +15,9 @@ import numpy as np
 from specdec.pipeline.errors import BundleError
 from specdec.pipeline.records.decoder import Decoder
 from specdec.pipeline.records.draft_spec import DraftSpec
-from specdec.pipeline.records.manifest import (
-    BucketTable,
-    CustomOps,
-    Manifest,
-    Quantization,
-    read_manifest,
-)
+from specdec.pipeline.records.manifest import BucketTable, CustomOps, Manifest, read_manifest
 from specdec.pipeline.records.plan import TunePlan
+from specdec.pipeline.records.quantization import Quantization
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import platform
 from pathlib import Path
 
 from specdec.pipeline.errors import BundleError
-from specdec.pipeline.records.manifest import Quantization
+from specdec.pipeline.records.quantization import Quantization
 
 _X86 = ("x86_64", "amd64", "i386", "i686")
 _VNNI = ("avx_vnni", "avx512_vnni", "avx512vnni")

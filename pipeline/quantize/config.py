@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.records.manifest import WeightFormat as WeightFormat  # re-exported: the stage's choice
+from specdec.pipeline.records.quantization import WeightFormat as WeightFormat  # re-exported: the stage's choice
 
 log = logging.getLogger(__name__)
 

@@ -37,13 +37,13 @@ from specdec.pipeline.quantize.embeddings import apply_embeddings, find_embeddin
 from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
 from specdec.pipeline.quantize.packing import pack
 from specdec.pipeline.records.codec import from_dict
-from specdec.pipeline.records.manifest import (
+from specdec.pipeline.records.manifest import TargetVariant
+from specdec.pipeline.records.quantization import (
     MIXED_FORMAT,
     W8A8_FORMAT,
     GraphQuantization,
     LayerQuantization,
     Quantization,
-    TargetVariant,
 )
 from specdec.pipeline.records.reports import QuantizeReport
 

@@ -21,7 +21,7 @@ from specdec.pipeline.progress import Progress
 from specdec.pipeline.quantize.algorithms.base import relative_error
 from specdec.pipeline.quantize.config import QuantizeConfig
 from specdec.pipeline.quantize.layers import Rewrite, apply_rewrites
-from specdec.pipeline.records.manifest import GraphQuantization, LayerQuantization
+from specdec.pipeline.records.quantization import GraphQuantization, LayerQuantization
 
 
 def quantize_graph(model: onnx.ModelProto, role: str, layers: list[Layer], config: QuantizeConfig,

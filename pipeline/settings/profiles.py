@@ -20,7 +20,8 @@ from pydantic import Field, model_validator
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.decode import MAX_LOOKUP_NGRAM, BanPolicy, DecodeConfig, DrafterKind, PruneParams
 from specdec.pipeline.records.kv_policy import KVCache, KVDtype
-from specdec.pipeline.records.manifest import GraphFlavour, WeightFormat
+from specdec.pipeline.records.manifest import GraphFlavour
+from specdec.pipeline.records.quantization import WeightFormat
 from specdec.pipeline.settings.strict_model import StrictModel, validate_model
 
 # Tree and prune defaults are DecodeConfig's (the one place they live); a profile or scenario

@@ -37,8 +37,9 @@ from typing import Any, Protocol
 from specdec.pipeline.engine.controllers import NAMES as CONTROLLER_NAMES
 from specdec.pipeline.errors import BundleError, InputError, setting
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind, PruneParams
-from specdec.pipeline.records.manifest import BucketTable, Manifest, Quantization
+from specdec.pipeline.records.manifest import BucketTable, Manifest
 from specdec.pipeline.records.plan import DevicePlan
+from specdec.pipeline.records.quantization import Quantization
 from specdec.pipeline.settings.decode_options import DECODE_KEYS, PRUNE_KEYS, SETTING_KEYS, DecodeOptions
 from specdec.pipeline.settings.profiles import DeviceProfile, ScenarioProfile
 

@@ -12,7 +12,8 @@ import pytest
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.records.codec import OMIT_DEFAULT, RecordError, dump, from_dict, json_key, parse, to_dict
 from specdec.pipeline.records.decode import DecodeConfig, VerifyMode
-from specdec.pipeline.records.manifest import BucketTable, LayerQuantization, OutputFormat
+from specdec.pipeline.records.manifest import BucketTable, OutputFormat
+from specdec.pipeline.records.quantization import LayerQuantization
 
 
 class Colour(str, enum.Enum):

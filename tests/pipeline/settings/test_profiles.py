@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.records.manifest import WeightFormat
+from specdec.pipeline.records.quantization import WeightFormat
 from specdec.pipeline.settings.profiles import builtin_names, load_device
 
 
