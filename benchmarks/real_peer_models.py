@@ -270,8 +270,11 @@ SPECDEC_QUANTIZE: dict[str, list[str]] = {
 SPECDEC_FORMATS = ("fp32", "w8a8", "int4")
 
 
-def specdec_bundle(fmt: str, source: ModelSource, draft: Path | None, threads: int, root: Path) -> Path | str:
-    """The tuned cpu bundle of `fmt` (export -> surgery -> [quantize] -> compile --target cpu -> tune)."""
+def specdec_bundle(fmt: str, source: ModelSource, draft: Path | None, threads: int, root: Path,
+                   tune_prompts: Path | None = None) -> Path | str:
+    """The tuned cpu bundle of `fmt` (export -> surgery -> [quantize] -> compile --target cpu -> tune).
+    `tune_prompts`: what tune calibrates acceptance on (prompts the benchmark does not measure); without
+    them tune's own default prompts, which are not chat requests."""
     cli = [str(Path(sys.executable).with_name("specdec"))]
     if not Path(cli[0]).is_file():
         cli = [sys.executable, "-c", "from specdec.cli.app import main; main()"]
@@ -297,4 +300,6 @@ def specdec_bundle(fmt: str, source: ModelSource, draft: Path | None, threads: i
     compiled = stage(f"compile-cpu-{fmt}", ["compile", str(quantized), "--target", "cpu"])
     if isinstance(compiled, str):
         return compiled
-    return stage(f"tune-{fmt}-t{threads}", ["tune", str(compiled), "--device", "local", "--threads", str(threads)])
+    calib = ["--calib", str(tune_prompts)] if tune_prompts is not None else []
+    return stage(f"tune-{fmt}-t{threads}{'-' + tune_prompts.stem if tune_prompts else ''}",
+                 ["tune", str(compiled), "--device", "local", "--threads", str(threads), *calib])

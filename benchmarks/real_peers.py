@@ -34,6 +34,7 @@ output differs from its plain output (the exactness it promises); the peers' are
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import subprocess
@@ -103,6 +104,20 @@ def all_configs(draft: bool, ngram: dict[str, Any], genai_draft: dict[str, Any])
     return configs
 
 
+def held_out_prompts(path: Path, measured: int, cache: Path) -> Path | None:
+    """The lines of the prompts file after the `measured` ones, as a file for tune to calibrate on: the
+    plan is chosen on requests like the measured ones, not on them (None: the file has no others)."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()][measured:]
+    if not lines:
+        return None
+    digest = hashlib.sha1("\n".join(lines).encode()).hexdigest()[:8]
+    out = cache / f"tune-prompts-{digest}.jsonl"
+    if not out.is_file():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
 def chosen(key: str, only: list[str] | None) -> bool:
     """`--only` items name a configuration or a leading part of one (`genai`, `llama.cpp Q4_0`)."""
     return only is None or any(key == item or key.startswith(item + " ") for item in only)
@@ -130,7 +145,8 @@ def locate(config: Config, args: argparse.Namespace, source: models.ModelSource,
                                    root)
     else:
         bundles = source.cache / (f"specdec-draft-{models.path_key(args.draft)}" if args.draft else "specdec")
-        found = models.specdec_bundle(config.fmt, source, args.draft, args.threads, bundles)
+        found = models.specdec_bundle(config.fmt, source, args.draft, args.threads, bundles,
+                                      held_out_prompts(args.prompts_file, args.prompts, source.cache))
     if isinstance(found, str):
         config.skipped = found
     else:
