@@ -9,6 +9,7 @@ imported only when a chat prompt is rendered.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,17 @@ def check_messages(value: Any, where: str) -> list[Message]:
                 and isinstance(message.get("content"), str)):
             raise InputError(f"{where}: message {number} needs string 'role' and 'content'", hint)
     return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def has_chat_template(tokenizer_dir: Path) -> bool:
+    """Whether the tokenizer files ship a chat template, read without loading the tokenizer."""
+    if (tokenizer_dir / "chat_template.jinja").is_file():
+        return True
+    try:
+        config = json.loads((tokenizer_dir / "tokenizer_config.json").read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("chat_template"))
 
 
 class ChatTemplate:

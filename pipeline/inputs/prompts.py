@@ -110,6 +110,13 @@ def default_prompts_file() -> Path | None:
     return path if path.is_file() else None
 
 
+def default_chat_requests() -> Path | None:
+    """Chat requests of every kind (questions, summaries, rewrites, extraction, code) as `messages`: the
+    demo's prompt file, what a chat model is calibrated on when the user names no prompts."""
+    path = Path(str(resources.files("specdec.pipeline.demo") / "smollm2" / "prompts.jsonl"))
+    return path if path.is_file() else None
+
+
 def load_bench_prompts(path: Path | None, codec: TextCodec, limit: int | None,
                        chat: bool = False) -> list[BenchPrompt]:
     source = path or default_prompts_file()

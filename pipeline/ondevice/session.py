@@ -27,7 +27,8 @@ from specdec.pipeline.devices.base import BackgroundJob, Device, DeviceInfo, Out
 from specdec.pipeline.devices.registry import open_device
 from specdec.pipeline.devices.session import new_run_id
 from specdec.pipeline.errors import InputError, setting
-from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, BenchPrompt, load_bench_prompts
+from specdec.pipeline.inputs.chat import has_chat_template
+from specdec.pipeline.inputs.prompts import CALIBRATION_PROMPTS, BenchPrompt, default_chat_requests, load_bench_prompts
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.controls import SensorArgs
 from specdec.pipeline.ondevice.launch import ArchiveSource, cached_or_built, select_launch
@@ -76,9 +77,13 @@ def calibration_prompts(codec: TextCodec, *, calib: Path | None, prompts: Path |
     """The prompts a tuning pass calibrates on: `calib`'s first ones; else the last ones of the prompt file
     (default: the demo's held-out prompts) that the run does not measure (it measures the first
     `len(measured)`; the default file interleaves its scenarios, so its last ones span all of them); else,
-    when the run measures the whole file, the measured ones."""
+    when the run measures the whole file, the measured ones. With neither file, a model with a chat
+    template calibrates on chat requests (a draft trained on chat answers is judged on what it is for)."""
     if calib is not None:
         return [p.ids for p in load_bench_prompts(calib, codec, None, chat)][:CALIBRATION_PROMPTS]
+    if prompts is None and has_chat_template(codec.directory):
+        requests = load_bench_prompts(default_chat_requests(), codec, None, chat=True)
+        return [p.ids for p in requests[-CALIBRATION_PROMPTS:]]
     held_out = [p.ids for p in load_bench_prompts(prompts, codec, None, chat)[len(measured):]]
     return (held_out[-CALIBRATION_PROMPTS:] if held_out else [p.ids for p in measured])[:CALIBRATION_PROMPTS]
 

@@ -88,3 +88,25 @@ def test_group_builds_the_portable_runtime_once_per_abi() -> None:
     for thread in threads:
         thread.join()
     assert sorted(calls) == ["arm64-v8a", "x86_64"]
+
+
+def test_a_chat_model_calibrates_on_chat_requests_by_default(tmp_path: Path) -> None:
+    """With no prompt file, a model with a chat template is tuned on chat requests (rendered with its
+    template), not on the tiny demo's raw code prompts."""
+    import shutil
+
+    from specdec.pipeline.inputs.chat import has_chat_template
+    from specdec.pipeline.inputs.prompts import default_chat_requests
+
+    tokenizer = tmp_path / "tokenizer"
+    shutil.copytree(Path(str(resources.files("specdec.pipeline.demo") / "target")), tokenizer,
+                    ignore=shutil.ignore_patterns("*.onnx*", "*.safetensors", "*.bin"))
+    assert not has_chat_template(tokenizer)
+    (tokenizer / "chat_template.jinja").write_text(
+        "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>")
+    assert has_chat_template(tokenizer)
+    chat_codec = TextCodec(tokenizer)
+    requests = load_bench_prompts(default_chat_requests(), chat_codec, None, chat=True)
+    assert calibration_prompts(chat_codec, calib=None, prompts=None, measured=[]) == \
+        [p.ids for p in requests[-CALIBRATION_PROMPTS:]]
+    assert chat_codec.decode(requests[-1].ids).startswith("<user>")
