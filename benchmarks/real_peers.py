@@ -88,7 +88,9 @@ def parse_options(text: str) -> dict[str, Any]:
     return options
 
 
-def all_configs(draft: bool, ngram: dict[str, Any], genai_draft: dict[str, Any]) -> list[Config]:
+def all_configs(draft: bool, ngram: dict[str, Any], genai_draft: dict[str, Any], chain: int = 0) -> list[Config]:
+    """Every configuration; `chain` > 0 (with a draft) adds specdec's draft model on a fixed chain of that
+    many tokens beside the tuned plan, so the draft is measured whatever tune chose."""
     configs = [Config("transformers", "fp32", "plain")]
     for precision in ("fp32", "int4"):
         configs += [Config("genai", precision, "plain"),
@@ -101,6 +103,9 @@ def all_configs(draft: bool, ngram: dict[str, Any], genai_draft: dict[str, Any])
     for fmt in models.SPECDEC_FORMATS:
         configs += [Config("specdec", fmt, "plain", options={"speculative": False}),
                     Config("specdec", fmt, "speculative")]
+        if draft and chain > 0:
+            configs.append(Config("specdec", fmt, f"draft chain {chain}", options={
+                "drafter": "model", "depth": chain, "width": 1, "tree_budget": chain}))
     return configs
 
 
@@ -229,6 +234,8 @@ def main() -> None:
     parser.add_argument("--only", default=None, help="comma-separated configuration keys or leading parts of them, "
                         "e.g. 'genai int4,llama.cpp Q4_0 plain,specdec' (the reference always runs)")
     parser.add_argument("--genai-ngram", default=GENAI_NGRAM, help="onnxruntime-genai's n-gram speculative options")
+    parser.add_argument("--draft-chain", type=int, default=4,
+                        help="with --draft: also specdec's draft model on a fixed chain of this many tokens (0: no)")
     parser.add_argument("--genai-draft", default=GENAI_DRAFT, help="onnxruntime-genai's draft-model options")
     parser.add_argument("--ppl-text", type=Path, default=PPL_TEXT, help="text the perplexity is measured on")
     parser.add_argument("--ppl-window", type=int, default=256, help="tokens per perplexity window")
@@ -240,7 +247,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.draft is not None and not (args.draft / "config.json").is_file():
         parser.error(f"--draft {args.draft} has no config.json: pass a draft checkpoint directory")
-    configs = all_configs(args.draft is not None, parse_options(args.genai_ngram), parse_options(args.genai_draft))
+    configs = all_configs(args.draft is not None, parse_options(args.genai_ngram), parse_options(args.genai_draft),
+                          args.draft_chain)
     only = None if args.only is None else [item.strip() for item in args.only.split(",") if item.strip()]
     unknown = [item for item in only or () if not any(chosen(c.key, [item]) for c in configs)]
     if unknown:
