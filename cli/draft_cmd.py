@@ -91,8 +91,8 @@ def draft(
                                                           "this process's CPU time per thread (a shared machine)."),
     vocab_size: int = typer.Option(None, "--vocab-size", help="feature: rows of the draft's head, the target's most "
                                                               "frequent answer tokens (default 8192)."),
-    prompts: int = typer.Option(None, "--prompts", help="feature: at most this many prompts answered by the target "
-                                                        "(default: what the budget allows)."),
+    max_prompts: int = typer.Option(None, "--max-prompts", help="feature: at most this many prompts answered by "
+                                                                "the target (default: what the budget allows)."),
     answer_tokens: int = typer.Option(None, "--answer-tokens", help="feature: tokens an answer may take "
                                                                     "(default 192)."),
     data: Path = typer.Option(None, "--data", file_okay=False, help="feature: keep the target's answers in this "

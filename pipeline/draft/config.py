@@ -20,7 +20,7 @@ class DraftMethod(enum.StrEnum):
 
 # options that only one kind reads: given to the other, they are an error, not ignored
 _KIND_OPTIONS = {DraftMethod.pruned: ("size", "heads", "ffn"),
-                 DraftMethod.feature: ("clock", "vocab_size", "prompts", "answer_tokens", "data")}
+                 DraftMethod.feature: ("clock", "vocab_size", "max_prompts", "answer_tokens", "data")}
 
 
 def default_kind(given: dict[str, Any]) -> DraftMethod:
@@ -58,7 +58,7 @@ class DraftConfig:
     # feature drafts only
     clock: ClockKind | None = None  # what `minutes` counts: wall time (default), or CPU time / threads (clock.py)
     vocab_size: int | None = None  # rows of the draft's head: the most frequent tokens of the target's answers
-    prompts: int | None = None  # at most this many prompts answered (default: as many as the budget allows)
+    max_prompts: int | None = None  # at most this many prompts answered (default: as many as the budget allows)
     answer_tokens: int | None = None  # tokens an answer may take (default feature_stage.ANSWER_TOKENS)
     data: Path | None = None  # keep the target's answers here, and reuse them when they match
 
@@ -85,7 +85,7 @@ class DraftConfig:
             ("threads", self.threads is None or self.threads >= 1, "pass 1 or more"),
             ("checkpoint_minutes", self.checkpoint_minutes >= 0, "pass 0 (never) or more"),
             ("vocab_size", self.vocab_size is None or self.vocab_size >= 2, "pass 2 or more tokens"),
-            ("prompts", self.prompts is None or self.prompts >= 1, "pass 1 or more"),
+            ("max_prompts", self.max_prompts is None or self.max_prompts >= 1, "pass 1 or more"),
             ("answer_tokens", self.answer_tokens is None or self.answer_tokens >= 2, "pass 2 or more"),
         ]
         for key, ok, fix in checks:
@@ -103,7 +103,7 @@ class DraftConfig:
                                  "minutes")
         extra = {"kind": str(self.kind), "clock": str(self.clock)} if self.kind is DraftMethod.feature else {}
         if self.kind is DraftMethod.feature:
-            keep = ("layers", "lr", "seed", "steps", "minutes", "vocab_size", "prompts", "answer_tokens")
+            keep = ("layers", "lr", "seed", "steps", "minutes", "vocab_size", "max_prompts", "answer_tokens")
         return {key: getattr(self, key) for key in keep} | {"calib": str(self.calib) if self.calib else None} | extra
 
 

@@ -141,7 +141,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
                              int(target_config.vocab_size)) if config.calib else None)
     dtype = feature_data.fastest_dtype(int(target_config.hidden_size), int(target_config.intermediate_size))
     generator = target if dtype == torch.float32 else copy.deepcopy(target).to(dtype)
-    prompts = config.prompts or (None if budget_s is not None else PROMPTS_WITHOUT_BUDGET)
+    prompts = config.max_prompts or (None if budget_s is not None else PROMPTS_WITHOUT_BUDGET)
     batch = min(settings.batch, prompts) if prompts else settings.batch
     settings = feature_data.DataSettings(**{**settings.__dict__, "batch": batch})
     data_deadline = budget_s * DATA_SHARE if budget_s is not None else float("inf")
