@@ -60,8 +60,9 @@ STAGES: dict[str, tuple[str | None, list[str]]] = {
     "compile-npu": ("quantize-rtn", ["--target", "npu"]),
     # short settings: the model drafter only, two prompts of eight tokens (TUNE_PROMPTS, written per size)
     "tune": ("compile-cpu", ["--device", "local", "--drafter", "model", "--max-new-tokens", "8"]),
-    # a draft made from the target (its default size and budget unless --draft-args says otherwise)
-    "draft": (None, []),
+    # a pruned draft made from the target (its default size and budget unless --draft-args says otherwise;
+    # what this records, layers kept and tensors shared, is the pruned kind's)
+    "draft": (None, ["--kind", "pruned"]),
 }
 DEFAULT_STAGES = [stage for stage in STAGES if stage != "draft"]  # draft: cost of making one, asked for by name
 TUNE_PROMPTS = 2
