@@ -29,10 +29,12 @@ _NO_JOB_MAX_AGE = _dt.timedelta(days=1)
 
 
 def _state_script(remote_dir: str) -> str:
-    # One line per run dir: NAME LIVE(0/1) JOBS(0/1); `kill -0` on each job's wrapper pid.
+    # One line per run dir: NAME LIVE(0/1) JOBS(0/1); `kill -0` on each job's wrapper pid, a zombie
+    # (killed, not yet reaped by an init that may never reap it) counting as ended.
     return (f"cd {q(remote_dir)} 2>/dev/null || exit 0; for d in [0-9]*-[0-9]*-*; do [ -d \"$d\" ] || continue; "
             "live=0; jobs=0; for p in \"$d\"/*.pid; do [ -f \"$p\" ] || continue; jobs=1; w=; read -r w t < \"$p\"; "
-            "if [ -n \"$w\" ] && kill -0 \"$w\" 2>/dev/null; then live=1; fi; done; "
+            "if [ -n \"$w\" ] && kill -0 \"$w\" 2>/dev/null && "
+            "[ \"$(cut -d' ' -f3 /proc/$w/stat 2>/dev/null)\" != Z ]; then live=1; fi; done; "
             "echo \"$d $live $jobs\"; done; true")
 
 
