@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
 import pytest
+from standin.adbd import reap_jobs
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
@@ -30,16 +28,6 @@ def _config(out: Path, serial: str | None, prompts: Path, **overrides: object) -
                                "tune": False}
     return config_from(BenchConfig, {**base, **overrides})
 
-
-def _reap(root: Path) -> None:
-    """Kill runner jobs a killed stand-in leaves behind (GNU timeout leads its own process group)."""
-    for pid_file in root.glob("data/local/tmp/specdec/*/*.pid"):
-        with contextlib.suppress(OSError, ValueError):
-            for pid in (int(p) for p in pid_file.read_text().split()[:2]):
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
 
 
 def test_full_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -125,7 +113,7 @@ def test_device_lost_mid_run_keeps_partial_results(adb_environ, make_standin, be
         outcome = run_bench(_config(tmp_path / "out", device.serial, prompts_file, max_new_tokens=24, repeats=3),
                             bench_bundle, on_event=on_event)
     finally:
-        _reap(device.root)
+        reap_jobs(device.root)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["partial"] and "device lost" in results["partial_reason"]
     assert outcome.results.details.tokens.plain + outcome.results.details.tokens.speculative > 0
@@ -144,7 +132,7 @@ def test_ctrl_c_cleans_up_the_device(adb_environ, make_standin, bench_bundle, pr
             run_bench(_config(tmp_path / "out", device.serial, prompts_file, max_new_tokens=24, repeats=3),
                       bench_bundle, on_event=interrupt)
     finally:
-        _reap(device.root)
+        reap_jobs(device.root)
     assert not list((device.root / "data/local/tmp/specdec").glob("*")), "remote work dir left behind"
     assert not (tmp_path / "out").exists()
 

@@ -12,8 +12,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ from typing import Any
 
 import pytest
 from standin.adb_env import AdbServer
-from standin.adbd import StandinDevice
+from standin.adbd import StandinDevice, reap_jobs
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
@@ -66,16 +64,6 @@ def _left(device: StandinDevice) -> list[str]:
     """What specdec's runs left in its remote dir (the dir itself stays; onnxruntime's ~/.ses is not ours)."""
     return [path for path in _tree(device) if path.startswith("specdec/")]
 
-
-def _reap(root: Path) -> None:
-    """Kill runner jobs a killed stand-in leaves behind (GNU timeout leads its own process group)."""
-    for pid_file in root.glob("data/local/tmp/specdec/*/*.pid"):
-        with contextlib.suppress(OSError, ValueError):
-            for pid in (int(p) for p in pid_file.read_text().split()[:2]):
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
 
 
 def _kill_after_first_reply(device: StandinDevice, done: threading.Event) -> threading.Thread:
@@ -121,7 +109,7 @@ def test_fleet_of_three_one_lost(adb_environ: AdbServer, second_server: AdbServe
         finally:
             done.set()
             watcher.join()
-            _reap(dropping.root)
+            reap_jobs(dropping.root)
         assert result.exit_code == FLEET_EXIT_BASE + FleetFailure.lost == 17, result.output
 
         fleet_json = read_fleet((out / "fleet.json").read_text())
