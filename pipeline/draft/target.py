@@ -10,7 +10,7 @@ from specdec.pipeline.checkpoints.gguf import forget_quantization
 from specdec.pipeline.checkpoints.locate import locate
 from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.errors import InputError
-from specdec.pipeline.inputs.weights import check_coverage, check_weight_files
+from specdec.pipeline.inputs.weights import check_coverage, check_weight_files, transformers_quiet
 
 
 def resolve_target(spec: str) -> CheckpointSource:
@@ -36,8 +36,9 @@ def load_target(source: CheckpointSource, check: Callable[[Any], None]) -> tuple
         if not source.is_gguf:
             check_weight_files(where, "target")
         # with output_loading_info, from_pretrained returns (model, loading report): typed as the model alone
-        loaded: Any = AutoModelForCausalLM.from_pretrained(where, **select, dtype=torch.float32,
-                                                           attn_implementation="sdpa", output_loading_info=True)
+        with transformers_quiet():
+            loaded: Any = AutoModelForCausalLM.from_pretrained(where, **select, dtype=torch.float32,
+                                                               attn_implementation="sdpa", output_loading_info=True)
         model, loading = loaded
     except (OSError, ValueError) as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__

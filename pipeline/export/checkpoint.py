@@ -19,7 +19,7 @@ from specdec.pipeline.checkpoints.locate import locate
 from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.errors import InputError, UnsupportedModelError
 from specdec.pipeline.export.architectures import Architecture, lookup, supported
-from specdec.pipeline.inputs.weights import check_coverage, check_weight_files
+from specdec.pipeline.inputs.weights import check_coverage, check_weight_files, transformers_quiet
 
 log = logging.getLogger(__name__)
 
@@ -130,15 +130,16 @@ def load_model(source: CheckpointSource, role: str, config: Any, dtype: str) -> 
     config._attn_implementation = "eager"  # the tree mask is an additive float mask (docs/design.md §2)
     try:
         # with output_loading_info, from_pretrained returns (model, loading report)
-        model, loading = _from_pretrained(
-            AutoModelForCausalLM,
-            source,
-            role,
-            config=config,
-            dtype=getattr(torch, dtype),
-            attn_implementation="eager",
-            output_loading_info=True,
-        )
+        with transformers_quiet():
+            model, loading = _from_pretrained(
+                AutoModelForCausalLM,
+                source,
+                role,
+                config=config,
+                dtype=getattr(torch, dtype),
+                attn_implementation="eager",
+                output_loading_info=True,
+            )
     except RuntimeError as exc:  # torch reading a damaged .bin, a tensor whose shape is not the config's
         reason = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise InputError(f"cannot read the weights of {role} '{source.path}': {reason}",

@@ -21,7 +21,6 @@ candidates through it. A feature draft carries its own; a model draft gets one w
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from specdec.pipeline.export.torch_graph import trace
 from specdec.pipeline.export.validate import TREE_PARENTS, Check, tree_depths
 from specdec.pipeline.graphs.files import describe_io
 from specdec.pipeline.inputs.text import read_text_file
+from specdec.pipeline.inputs.weights import transformers_quiet
 from specdec.pipeline.records.draft_spec import DRAFT_VOCAB_FILE, DraftKind, DraftSpec, DraftVocab
 from specdec.pipeline.records.manifest import CheckpointFormat, GraphSpec, SourceFormat
 
@@ -84,14 +84,8 @@ def check_feature_pair(feature: FeatureSource, target_config: Any, geometry: KVG
 def load_tokenizer(feature: FeatureSource) -> Any:
     """The feature draft's tokenizer files. transformers reads config.json to pick a tokenizer class and
     warns that it does not know our model_type; the tokenizer files decide, so the warning is noise."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity(logging.ERROR)
-    try:
+    with transformers_quiet():
         return ckpt.load_tokenizer(CheckpointSource(feature.source), "draft")
-    finally:
-        hf_logging.set_verbosity(verbosity)
 
 
 def load_feature_draft(feature: FeatureSource, target_model: Any, dtype: str) -> Any:

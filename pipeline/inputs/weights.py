@@ -5,6 +5,9 @@ only: exported or distilled, that is a wrong model with exit 0)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +44,19 @@ def check_coverage(source: str | Path, role: str, loading: dict[str, Any]) -> No
         files = ", ".join(sorted(p.name for pattern in WEIGHT_PATTERNS for p in Path(source).glob(pattern)))
         raise InputError(f"the weights of {role} '{source}' ({files or 'weight files'}) do not match its "
                          f"config.json: {'; '.join(found)}", "use the config.json that came with these weights")
+
+
+@contextmanager
+def transformers_quiet() -> Iterator[None]:
+    """transformers' warnings off while it loads what specdec checks itself: its loading report prints the
+    tensors a checkpoint lacks as a table, and check_coverage makes that report the command's one line.
+    The level is set here, not left to TRANSFORMERS_VERBOSITY (read once, when transformers is first
+    imported), and with CI=1 in the environment transformers also hands its records to the root logger."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity(logging.ERROR)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)

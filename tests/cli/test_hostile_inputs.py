@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -124,9 +125,28 @@ CHECKPOINTS = {
 }
 
 
+@pytest.fixture
+def transformers_warns() -> Iterator[None]:
+    """transformers as CI machines run it: CI=1 makes it hand its records to the root logger, where the
+    CLI's handler prints them, and its level is the WARNING default when it was imported before any CLI
+    call set TRANSFORMERS_VERBOSITY. Its loading report of missing weights must still not reach the user
+    beside specdec's one line."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    library = logging.getLogger("transformers")
+    level, propagate = hf_logging.get_verbosity(), library.propagate
+    hf_logging.set_verbosity_warning()
+    hf_logging.enable_propagation()
+    yield
+    hf_logging.set_verbosity(level)
+    library.propagate = propagate
+
+
 @pytest.mark.parametrize("case", CHECKPOINTS)
 def test_checkpoints_whose_files_do_not_fit(pair_factory, tmp_path: Path, case: str,  # type: ignore[no-untyped-def]
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            monkeypatch: pytest.MonkeyPatch, transformers_warns: None) -> None:
     from transformers.utils import logging as hf_logging
 
     spoil, code, needle = CHECKPOINTS[case]
@@ -143,7 +163,7 @@ def test_checkpoints_whose_files_do_not_fit(pair_factory, tmp_path: Path, case: 
 
 @pytest.mark.parametrize("case", ["more layers than weights", "truncated safetensors"])
 def test_draft_reads_checkpoints_by_the_same_rules(pair_factory, tmp_path: Path, case: str,  # type: ignore[no-untyped-def]
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   monkeypatch: pytest.MonkeyPatch, transformers_warns: None) -> None:
     from transformers.utils import logging as hf_logging
 
     spoil, code, needle = CHECKPOINTS[case]
