@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 from specdec.cli.app import app
 from specdec.cli.console import out
 
+# wide enough for every column: without a terminal (a CI log, a pytest-xdist worker) rich lays tables out
+# in 80 columns and cuts the cells this file reads
+WIDE = {"COLUMNS": "250"}
 ADB_KEYS = ("ANDROID_ADB_SERVER_PORT", "HOME", "TMPDIR", "ADB_LOCAL_TRANSPORT_MAX_PORT")
 
 
@@ -33,7 +36,7 @@ def adb_environ(adb_env: AdbServer, monkeypatch: pytest.MonkeyPatch) -> AdbServe
 def test_devices_table(adb_environ: AdbServer, make_standin: MakeStandin) -> None:  # noqa: F811
     bare = make_standin(model="Bare_Phone", battery_level=64)
     ready = make_standin(model="Ready_Phone", python=sys.executable, charging=True, usb_online=True)
-    result = CliRunner().invoke(app, ["devices"])
+    result = CliRunner().invoke(app, ["devices"], env=WIDE)
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     bare_line = next(line for line in lines if bare.serial in line)
@@ -68,10 +71,14 @@ def test_devices_unknown_serial_and_none(adb_environ: AdbServer) -> None:
 
 def test_devices_without_adb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    result = CliRunner().invoke(app, ["devices"])
+    result = CliRunner().invoke(app, ["devices"], env=WIDE)
     assert result.exit_code == 8
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "adb binary was not found" in lines[0] and "apt-get install adb" in lines[0]
+
+
+def _table_row(serial: str) -> str:
+    return next(line for line in CliRunner().invoke(app, ["devices"], env=WIDE).output.splitlines() if serial in line)
 
 
 @pytest.mark.adb
@@ -83,7 +90,7 @@ def test_devices_portable_runtime_column(adb_environ: AdbServer, make_standin: M
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built here
     dev = make_standin(model="Stock_Phone")
-    row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
+    row = _table_row(dev.serial)
     assert "missing python (python3)" in row and "not pushed" in row
     current = SimpleNamespace(id="0123456789abcdef", sha256="0123456789abcdef" + "0" * 48)
     older = "fedcba9876543210"
@@ -92,14 +99,14 @@ def test_devices_portable_runtime_column(adb_environ: AdbServer, make_standin: M
     marker.write_text(older + "1" * 48 + "\n")
     (marker.parent.parent / ".0123456789abcdef.partial-1234").mkdir()  # a push in progress is not "present"
     monkeypatch.setattr(readiness, "find_current", lambda abi: current)
-    row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
+    row = _table_row(dev.serial)
     assert f"older {older}" in row
     done = dev.fs.host_path(f"/data/local/tmp/specdec/runtime/{current.id}/.specdec-complete")
     done.parent.mkdir()
     done.write_text(current.sha256 + "\n")
     (data,) = json.loads(CliRunner().invoke(app, ["devices", "--json"]).output)
     assert data["runtime"] == {"present": sorted([older, current.id]), "current": current.id, "current_present": True}
-    row = next(line for line in CliRunner().invoke(app, ["devices"]).output.splitlines() if dev.serial in line)
+    row = _table_row(dev.serial)
     assert f"present {current.id}" in row
 
 
