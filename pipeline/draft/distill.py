@@ -6,8 +6,11 @@ greedily — what verification will accept is what the target itself writes (Dis
 every kind is held out for the report.
 
 Only the decoder layers train; the embedding, the final norm and the head stay the target's,
-bit for bit, so the bundle stores them once. Teacher logits are computed once and kept when they
-fit `LOGIT_CACHE_BYTES` (each row is seen many times), else recomputed per step.
+bit for bit, so the bundle stores them once. The teacher's distribution is kept as its top
+`TEACHER_TOP_K` log-probabilities per position (`TeacherTops`), taken while the target writes the rows,
+and the loss is the KL divergence over those tokens plus one bucket for the rest (sparse distillation):
+the whole 49,152-wide logits of SmolLM2's 1,024 default rows are 12.9 GB, so they used to be
+recomputed by a target pass at every step, half of each step's time.
 
 Deterministic for a seed and a thread count; a checkpoint (draft layers, optimizer, the batch
 sampler's generator, the data) every few minutes lets `--resume` finish with the same weights an
@@ -24,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -32,7 +35,9 @@ from specdec.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
 
-LOGIT_CACHE_BYTES = 1 << 30
+# Teacher tokens kept per position: an instruction-tuned target puts nearly all its mass on a few
+# tokens (SmolLM2-135M on its own text: see the stage's report), and the tail is one bucket of the loss.
+TEACHER_TOP_K = 64
 OVERRUN_S = 30.0  # a budgeted run stops training this long past its deadline, whatever its step count
 HOLDOUT = 8  # 1 row in HOLDOUT of each kind is held out
 WARMUP_STEPS = 50
@@ -43,23 +48,55 @@ GENERATION_BATCH = 64
 
 
 @dataclass
+class TeacherTops:
+    """The target's top `TEACHER_TOP_K` log-probabilities (log-softmax over its whole vocabulary, float16)
+    and their token ids, per position of each row."""
+
+    logp: torch.Tensor  # [rows, positions, k] float16
+    ids: torch.Tensor  # [rows, positions, k] int32
+
+    @classmethod
+    def of(cls, logits: torch.Tensor) -> TeacherTops:
+        top = torch.log_softmax(logits.float(), dim=-1).topk(min(TEACHER_TOP_K, logits.shape[-1]), dim=-1)
+        return cls(logp=top.values.half(), ids=top.indices.int())
+
+    @classmethod
+    def cat(cls, parts: Sequence[TeacherTops], dim: int = 0) -> TeacherTops:
+        return cls(logp=torch.cat([p.logp for p in parts], dim), ids=torch.cat([p.ids for p in parts], dim))
+
+    def __len__(self) -> int:
+        return len(self.logp)
+
+    def __getitem__(self, index: torch.Tensor | slice) -> TeacherTops:
+        return TeacherTops(logp=self.logp[index], ids=self.ids[index])
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"logp": self.logp, "ids": self.ids}
+
+
+@dataclass
 class Corpus:
     train: torch.Tensor  # [N, seq + 1] token rows
     heldout: torch.Tensor  # [M, seq + 1] sampled / user text, for top-1 agreement
     policy: torch.Tensor  # [K, context + continuation]: the target's greedy continuations, held out
     context: int  # tokens of `policy` rows before the target's continuation
-    # the target's logits (float16) over the rows of `train`, kept from generating them (and, for
+    # the target's top log-probabilities over the rows of `train`, kept from generating them (and, for
     # the user's text, from one pass in the text phase, where the budget counts it)
-    teacher: torch.Tensor | None = None
+    teacher: TeacherTops | None = None
 
     def state(self) -> dict[str, Any]:
         return {"train": self.train, "heldout": self.heldout, "policy": self.policy, "context": self.context,
-                "teacher": self.teacher}
+                "teacher": None if self.teacher is None else self.teacher.state()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Corpus:
+        kept = state.get("teacher")
+        if isinstance(kept, torch.Tensor):  # a checkpoint written before TeacherTops kept whole logits
+            teacher: TeacherTops | None = TeacherTops.cat([TeacherTops.of(c) for c in chunks(kept, 32)])
+        else:
+            teacher = TeacherTops(**kept) if kept is not None else None
         return cls(train=state["train"], heldout=state["heldout"], policy=state["policy"],
-                   context=int(state["context"]), teacher=state.get("teacher"))
+                   context=int(state["context"]), teacher=teacher)
 
 
 def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
@@ -75,14 +112,15 @@ def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torc
 
 @torch.no_grad()
 def continue_rows_logits(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
-                         batch: int = 64, keep: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`continue_rows`, and with `keep` the target's logits (float16) over each row but its last
+                         batch: int = 64, keep: bool = True) -> tuple[torch.Tensor, TeacherTops | None]:
+    """`continue_rows`, and with `keep` the target's top log-probabilities over each row but its last
     token: what a teacher-forced pass over the row computes, here at no extra cost."""
-    rows, kept = [], []
+    rows: list[torch.Tensor] = []
+    kept: list[TeacherTops] = []
     for chunk in chunks(prefix, batch):
         out = model(input_ids=chunk, use_cache=True)
         ids = [chunk]
-        seen = [out.logits.half()] if keep else []
+        seen = [TeacherTops.of(out.logits)] if keep else []
         for step in range(length):
             logits = out.logits[:, -1].float()
             if generator is None:
@@ -93,19 +131,22 @@ def continue_rows_logits(model: Any, prefix: torch.Tensor, length: int, generato
             if step + 1 < length:
                 out = model(input_ids=token, cache=out.cache, use_cache=True)
                 if keep:
-                    seen.append(out.logits.half())
+                    seen.append(TeacherTops.of(out.logits))
         rows.append(torch.cat(ids, dim=1))
         if keep:
-            kept.append(torch.cat(seen, dim=1))
-    return torch.cat(rows), (torch.cat(kept) if keep else None)
+            kept.append(TeacherTops.cat(seen, dim=1))
+    return torch.cat(rows), (TeacherTops.cat(kept) if keep else None)
 
 
-def _split(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+Rows = TypeVar("Rows", torch.Tensor, TeacherTops)
+
+
+def _split(rows: Rows) -> tuple[Rows, Rows]:
     held = max(1, len(rows) // HOLDOUT)
     return rows[held:], rows[:held]
 
 
-def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int, vocab: int,
+def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: int,
                  calib: Sequence[int] | None, progress: Progress,
                  chunk_rows: Callable[[int], int] | None = None) -> Corpus:
     """Up to `samples` sampled rows and as many greedy continuations, made a chunk at a time (each
@@ -117,9 +158,7 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
     windows = _windows(torch.tensor(list(calib), dtype=torch.long), seq + 1, samples, generator) if calib else None
     sampled_parts: list[torch.Tensor] = []
     greedy_parts: list[torch.Tensor] = []
-    kinds = 3 if windows is not None else 2
-    keep = kinds * samples * seq * vocab * 2 <= LOGIT_CACHE_BYTES  # the teacher caches them likewise
-    logits: dict[str, list[torch.Tensor]] = {"sampled": [], "greedy": [], "text": []}
+    logits: dict[str, list[TeacherTops]] = {"sampled": [], "greedy": [], "text": []}
     with progress.task(f"target writes up to {samples} sampled rows and their greedy continuations",
                        total=samples) as task:
         begin = 0
@@ -133,11 +172,11 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
             count = max(1, count)
             if windows is not None:
                 sampled, seen = continue_rows_logits(model, windows[begin:begin + count, :half], seq + 1 - half,
-                                                     generator, keep=keep)
+                                                     generator)
             else:
                 sampled, seen = continue_rows_logits(model, torch.full((count, 1), start_token, dtype=torch.long),
-                                                     seq, generator, keep=keep)
-            greedy, seen_greedy = continue_rows_logits(model, sampled[:, :half], seq + 1 - half, None, keep=keep)
+                                                     seq, generator)
+            greedy, seen_greedy = continue_rows_logits(model, sampled[:, :half], seq + 1 - half, None)
             sampled_parts.append(sampled)
             greedy_parts.append(greedy)
             if seen is not None and seen_greedy is not None:
@@ -147,7 +186,7 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
                     # here, not at the first training step: the budget counts this pass as the text's
                     # (it was 250 s of a 368 s distillation share at 448 rows, leaving 170 steps)
                     with torch.no_grad():
-                        logits["text"].append(model(input_ids=windows[begin:begin + count, :-1]).logits.half())
+                        logits["text"].append(TeacherTops.of(model(input_ids=windows[begin:begin + count, :-1]).logits))
             task.advance(count)
             begin += count
     sampled, greedy = torch.cat(sampled_parts), torch.cat(greedy_parts)
@@ -155,7 +194,7 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
     train_greedy, held_greedy = _split(greedy)
     parts = [train_sampled, train_greedy]
     kinds_kept = ("sampled", "greedy", "text") if windows is not None else ("sampled", "greedy")
-    teacher = torch.cat([_split(torch.cat(logits[kind]))[0] for kind in kinds_kept]) if keep else None
+    teacher = TeacherTops.cat([_split(TeacherTops.cat(logits[kind]))[0] for kind in kinds_kept])
     heldout = [held_sampled]
     if windows is not None:
         train_text, held_text = _split(windows[:len(sampled)])
@@ -209,10 +248,17 @@ class TrainSettings:
     checkpoint_minutes: float
 
 
-def _kl_loss(student: torch.Tensor, teacher: torch.Tensor) -> torch.Tensor:
-    p_log = torch.log_softmax(teacher.float(), dim=-1)
-    q_log = torch.log_softmax(student.float(), dim=-1)
-    return (p_log.exp() * (p_log - q_log)).sum(-1).mean()
+def _kl_loss(student: torch.Tensor, teacher: TeacherTops) -> torch.Tensor:
+    """KL(target || draft) over the target's top tokens and one bucket for the rest of the vocabulary:
+    a divergence between two distributions over k + 1 outcomes, zero exactly when the draft gives each
+    kept token and the tail the target's probability."""
+    q_log = torch.log_softmax(student.float(), dim=-1).gather(-1, teacher.ids.long())
+    p_log = teacher.logp.float()
+    p, q = p_log.exp(), q_log.exp()
+    p_rest = (1 - p.sum(-1)).clamp_min(1e-8)
+    q_rest = (1 - q.sum(-1)).clamp_min(1e-8)
+    kept = (p * (p_log - q_log)).sum(-1)
+    return (kept + p_rest * (p_rest.log() - q_rest.log())).mean()
 
 
 def lr_at(step: int, total: int, peak: float) -> float:
@@ -233,25 +279,17 @@ def trainable(draft: Any) -> list[torch.nn.Parameter]:
 
 
 class Teacher:
-    """The target's logits for the training rows: cached once when they fit, else per batch."""
+    """The target's top log-probabilities over the training rows, all computed once (they are small)."""
 
-    def __init__(self, target: Any, rows: torch.Tensor, vocab: int, known: torch.Tensor | None = None) -> None:
-        """`known`: the logits of the first rows, kept from generating them."""
-        self.target = target
-        self.rows = rows
-        self.cache: torch.Tensor | None = None
-        if rows.shape[0] * (rows.shape[1] - 1) * vocab * 2 <= LOGIT_CACHE_BYTES:
-            done = 0 if known is None else len(known)
-            with torch.no_grad():
-                rest = [target(input_ids=c[:, :-1]).logits.half() for c in chunks(rows[done:], 32)]
-            self.cache = torch.cat(([known] if known is not None else []) + rest)
-
-    def logits(self, index: torch.Tensor) -> torch.Tensor:
-        if self.cache is not None:
-            return self.cache[index]
+    def __init__(self, target: Any, rows: torch.Tensor, known: TeacherTops | None = None) -> None:
+        """`known`: those of the first rows, kept from generating them."""
+        done = 0 if known is None else len(known)
         with torch.no_grad():
-            result: torch.Tensor = self.target(input_ids=self.rows[index, :-1]).logits
-            return result
+            rest = [TeacherTops.of(target(input_ids=c[:, :-1]).logits) for c in chunks(rows[done:], 32)]
+        self.tops = TeacherTops.cat(([known] if known is not None else []) + rest)
+
+    def of(self, index: torch.Tensor) -> TeacherTops:
+        return self.tops[index]
 
 
 Saver = Callable[[dict[str, Any]], None]
@@ -263,8 +301,7 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
     params = trainable(draft)
     optimizer = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.0)
     picker = torch.Generator().manual_seed(settings.seed + 1)
-    vocab = int(target.config.vocab_size)
-    teacher = Teacher(target, corpus.train, vocab, corpus.teacher)
+    teacher = Teacher(target, corpus.train, corpus.teacher)
     step, total, losses = 0, settings.steps, []
     if resume is not None:
         step, total = int(resume["step"]), int(resume["total"])
@@ -284,7 +321,7 @@ def train(target: Any, draft: Any, corpus: Corpus, settings: TrainSettings, *, d
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, total_steps, settings.lr)
         index = torch.randint(0, len(corpus.train), (settings.batch,), generator=picker)
-        loss = _kl_loss(draft(input_ids=corpus.train[index, :-1]).logits, teacher.logits(index))
+        loss = _kl_loss(draft(input_ids=corpus.train[index, :-1]).logits, teacher.of(index))
         loss.backward()  # type: ignore[no-untyped-call]  # torch's stubs leave backward untyped
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()

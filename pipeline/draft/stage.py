@@ -180,7 +180,7 @@ def _make_draft(config: DraftConfig, progress: Progress | None, step_cost: budge
                     cost.fixed_s, cost.token_s, text.rows, text.tokens, text.seconds, text.share_s,
                     "" if text.fits else ", the floor: over the share")
         corpus = distill.build_corpus(target, samples=config.samples, seq=seq, seed=config.seed,
-                                      start_token=int(start), vocab=shape.vocab, calib=calib, progress=progress,
+                                      start_token=int(start), calib=calib, progress=progress,
                                       chunk_rows=chunk_rows)
         phases["corpus_s"] = time.time() - started
         rows, tokens = min(budget.PROBE_ROWS, len(corpus.train)), min(budget.PROBE_TOKENS, seq)

@@ -1,5 +1,5 @@
-"""The corpus the target writes: both kinds of rows cut short by the budget's chunk sizes, and the logits kept
-from generating them equal a teacher-forced pass over the rows."""
+"""The corpus the target writes: both kinds of rows cut short by the budget's chunk sizes, and the teacher's
+top log-probabilities kept from generating them equal a teacher-forced pass over the rows; the sparse loss."""
 
 from __future__ import annotations
 
@@ -11,29 +11,40 @@ from specdec.pipeline.draft import distill
 from specdec.pipeline.progress import SilentProgress
 
 
+def _assert_tops_of(tops: distill.TeacherTops, logits: torch.Tensor) -> None:
+    """`tops` are the top-64 log-probabilities of `logits` (float16 rounding aside)."""
+    logp = torch.log_softmax(logits, dim=-1)
+    assert tops.logp.shape == (*logits.shape[:-1], 64)
+    assert torch.allclose(tops.logp.float(), logp.gather(-1, tops.ids.long()), atol=2e-2)
+    # the kept ids are the most likely: nothing outside them beats the last one kept (ties aside)
+    floor = tops.logp.float()[..., -1:]
+    outside = logp.scatter(-1, tops.ids.long(), float("-inf"))
+    assert bool((outside <= floor + 2e-2).all())
+
+
 def test_logits_kept_from_generation_equal_a_teacher_forced_pass() -> None:
     model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
     prefix = torch.randint(0, 96, (3, 5), generator=torch.Generator().manual_seed(0))
     for generator in (torch.Generator().manual_seed(2), None):
-        rows, logits = distill.continue_rows_logits(model, prefix, 7, generator)
-        assert rows.shape == (3, 12) and logits is not None and logits.shape == (3, 11, 96)
+        rows, tops = distill.continue_rows_logits(model, prefix, 7, generator)
+        assert rows.shape == (3, 12) and tops is not None and tops.logp.shape == (3, 11, 64)
         with torch.no_grad():
             forced = model(input_ids=rows[:, :-1]).logits
-        assert torch.allclose(logits.float(), forced, atol=2e-3)
+        _assert_tops_of(tops, forced)
 
 
 def test_corpus_cut_by_its_chunk_sizes_keeps_both_kinds_and_aligned_teacher_logits(
         monkeypatch: pytest.MonkeyPatch) -> None:
     model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
     monkeypatch.setattr(distill, "GENERATION_BATCH", 16)
-    corpus = distill.build_corpus(model, samples=64, seq=16, seed=0, start_token=1, vocab=96, calib=None,
+    corpus = distill.build_corpus(model, samples=64, seq=16, seed=0, start_token=1, calib=None,
                                   progress=SilentProgress(), chunk_rows=lambda done: 0 if done else 16)
     # one chunk of 16 rows, then the budget's share is spent: 14 train rows of each kind, 2 held out of each
     assert corpus.train.shape == (28, 17) and len(corpus.heldout) == 2 and len(corpus.policy) == 2
-    assert corpus.teacher is not None and corpus.teacher.shape == (28, 16, 96)
+    assert corpus.teacher is not None and len(corpus.teacher) == 28
     with torch.no_grad():
         forced = model(input_ids=corpus.train[:, :-1]).logits
-    assert torch.allclose(corpus.teacher.float(), forced, atol=2e-3)
+    _assert_tops_of(corpus.teacher, forced)
 
 
 def test_user_text_rows_get_their_teacher_logits_in_the_text_phase(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -42,15 +53,15 @@ def test_user_text_rows_get_their_teacher_logits_in_the_text_phase(monkeypatch: 
     model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
     monkeypatch.setattr(distill, "GENERATION_BATCH", 8)
     calib = torch.randint(0, 96, (400,), generator=torch.Generator().manual_seed(3)).tolist()
-    corpus = distill.build_corpus(model, samples=16, seq=16, seed=0, start_token=1, vocab=96, calib=calib,
+    corpus = distill.build_corpus(model, samples=16, seq=16, seed=0, start_token=1, calib=calib,
                                   progress=SilentProgress())
     assert corpus.train.shape == (42, 17)  # 14 train rows of each kind: sampled, greedy, user text
-    assert corpus.teacher is not None and corpus.teacher.shape == (42, 16, 96)
+    assert corpus.teacher is not None and len(corpus.teacher) == 42
     with torch.no_grad():
         forced = model(input_ids=corpus.train[:, :-1]).logits
-    assert torch.allclose(corpus.teacher.float(), forced, atol=2e-3)
-    teacher = distill.Teacher(model, corpus.train, 96, corpus.teacher)
-    assert teacher.cache is not None and torch.equal(teacher.cache, corpus.teacher)  # nothing left to compute
+    _assert_tops_of(corpus.teacher, forced)
+    teacher = distill.Teacher(model, corpus.train, corpus.teacher)
+    assert teacher.tops is corpus.teacher or torch.equal(teacher.tops.ids, corpus.teacher.ids)  # nothing computed
 
 
 def test_chunks_follow_the_sizes_asked_for() -> None:
@@ -61,7 +72,7 @@ def test_chunks_follow_the_sizes_asked_for() -> None:
         asked.append(done)
         return {0: 3, 3: 5}.get(done, 0)
 
-    corpus = distill.build_corpus(model, samples=64, seq=16, seed=0, start_token=1, vocab=96, calib=None,
+    corpus = distill.build_corpus(model, samples=64, seq=16, seed=0, start_token=1, calib=None,
                                   progress=SilentProgress(), chunk_rows=sizes)
     assert asked == [0, 3, 8]  # 3 rows, then 5, then the share is spent
     assert len(corpus.train) + len(corpus.heldout) + len(corpus.policy) == 2 * 8
@@ -72,7 +83,7 @@ def test_a_spent_budget_times_one_step_not_three() -> None:
     import time
 
     model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
-    corpus = distill.build_corpus(model, samples=16, seq=16, seed=0, start_token=1, vocab=96, calib=None,
+    corpus = distill.build_corpus(model, samples=16, seq=16, seed=0, start_token=1, calib=None,
                                   progress=SilentProgress())
     settings = distill.TrainSettings(steps=None, minutes=1.0, batch=2, lr=1e-3, seed=0, checkpoint_minutes=0)
     saved: list[dict[str, object]] = []
@@ -81,3 +92,29 @@ def test_a_spent_budget_times_one_step_not_three() -> None:
     result = distill.train(model, copy.deepcopy(model), corpus, settings, deadline=time.time() - 1, resume=None,
                            save=saved.append, progress=SilentProgress())
     assert result["steps"] == 1 and saved[0]["total"] == 1  # the count fixed (and stored for resume) is one
+
+
+def test_the_sparse_loss_is_zero_only_at_the_teachers_distribution() -> None:
+    generator = torch.Generator().manual_seed(0)
+    target = torch.randn(2, 3, 96, generator=generator) * 3
+    tops = distill.TeacherTops.of(target)
+    assert float(distill._kl_loss(target, tops)) == pytest.approx(0.0, abs=2e-3)
+    other = target + torch.randn(2, 3, 96, generator=generator)
+    assert float(distill._kl_loss(other, tops)) > 0.05
+    # the draft learns the tail as one bucket: moving mass among tail tokens changes nothing
+    tail = torch.ones(96, dtype=torch.bool)
+    tail[tops.ids[0, 0].long()] = False
+    shuffled = target.clone()
+    shuffled[0, 0, tail] = target[0, 0, tail].flip(0)
+    assert float(distill._kl_loss(shuffled, tops)) == pytest.approx(float(distill._kl_loss(target, tops)), abs=2e-3)
+
+
+def test_a_checkpoint_with_whole_teacher_logits_resumes_as_tops() -> None:
+    logits = torch.randn(4, 5, 96, generator=torch.Generator().manual_seed(1)).half()
+    rows = torch.zeros(4, 6, dtype=torch.long)
+    state = {"train": rows, "heldout": rows, "policy": rows, "context": 3, "teacher": logits}
+    corpus = distill.Corpus.from_state(state)
+    assert corpus.teacher is not None
+    _assert_tops_of(corpus.teacher, logits.float())
+    again = distill.Corpus.from_state(corpus.state())
+    assert again.teacher is not None and torch.equal(again.teacher.ids, corpus.teacher.ids)
