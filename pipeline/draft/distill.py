@@ -35,8 +35,10 @@ from specdec.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
 
-# Teacher tokens kept per position: an instruction-tuned target puts nearly all its mass on a few
-# tokens (SmolLM2-135M on its own text: see the stage's report), and the tail is one bucket of the loss.
+# Teacher tokens kept per position; the rest of the vocabulary is one bucket of the loss. On
+# SmolLM2-135M's own rows (sampled and greedy, 16 of each) the top 64 hold 0.85 of the mass on average
+# (0.60 at the 10th percentile; top 8: 0.69). Measured against whole logits in one 10-minute budget:
+# 4.7 s a step instead of 14.1, 52 steps instead of 15, held-out agreement 0.247 instead of 0.091.
 TEACHER_TOP_K = 64
 OVERRUN_S = 30.0  # a budgeted run stops training this long past its deadline, whatever its step count
 HOLDOUT = 8  # 1 row in HOLDOUT of each kind is held out
