@@ -109,11 +109,11 @@ def chunks(rows: torch.Tensor, size: int) -> list[torch.Tensor]:
 def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
                   batch: int = 64) -> torch.Tensor:
     """`prefix` rows followed by `length` target tokens: sampled with `generator`, greedy without one."""
-    return continue_rows_logits(model, prefix, length, generator, batch, keep=False)[0]
+    return continue_rows_tops(model, prefix, length, generator, batch, keep=False)[0]
 
 
 @torch.no_grad()
-def continue_rows_logits(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
+def continue_rows_tops(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
                          batch: int = 64, keep: bool = True) -> tuple[torch.Tensor, TeacherTops | None]:
     """`continue_rows`, and with `keep` the target's top log-probabilities over each row but its last
     token: what a teacher-forced pass over the row computes, here at no extra cost."""
@@ -160,7 +160,7 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
     windows = _windows(torch.tensor(list(calib), dtype=torch.long), seq + 1, samples, generator) if calib else None
     sampled_parts: list[torch.Tensor] = []
     greedy_parts: list[torch.Tensor] = []
-    logits: dict[str, list[TeacherTops]] = {"sampled": [], "greedy": [], "text": []}
+    tops: dict[str, list[TeacherTops]] = {"sampled": [], "greedy": [], "text": []}
     with progress.task(f"target writes up to {samples} sampled rows and their greedy continuations",
                        total=samples) as task:
         begin = 0
@@ -173,22 +173,22 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
                 break
             count = max(1, count)
             if windows is not None:
-                sampled, seen = continue_rows_logits(model, windows[begin:begin + count, :half], seq + 1 - half,
+                sampled, seen = continue_rows_tops(model, windows[begin:begin + count, :half], seq + 1 - half,
                                                      generator)
             else:
-                sampled, seen = continue_rows_logits(model, torch.full((count, 1), start_token, dtype=torch.long),
+                sampled, seen = continue_rows_tops(model, torch.full((count, 1), start_token, dtype=torch.long),
                                                      seq, generator)
-            greedy, seen_greedy = continue_rows_logits(model, sampled[:, :half], seq + 1 - half, None)
+            greedy, seen_greedy = continue_rows_tops(model, sampled[:, :half], seq + 1 - half, None)
             sampled_parts.append(sampled)
             greedy_parts.append(greedy)
-            if seen is not None and seen_greedy is not None:
-                logits["sampled"].append(seen)
-                logits["greedy"].append(seen_greedy)
-                if windows is not None:
-                    # here, not at the first training step: the budget counts this pass as the text's
-                    # (it was 250 s of a 368 s distillation share at 448 rows, leaving 170 steps)
-                    with torch.no_grad():
-                        logits["text"].append(TeacherTops.of(model(input_ids=windows[begin:begin + count, :-1]).logits))
+            assert seen is not None and seen_greedy is not None  # continue_rows_tops keeps them by default
+            tops["sampled"].append(seen)
+            tops["greedy"].append(seen_greedy)
+            if windows is not None:
+                # here, not at the first training step: the budget counts this pass as the text's
+                # (it was 250 s of a 368 s distillation share at 448 rows, leaving 170 steps)
+                with torch.no_grad():
+                    tops["text"].append(TeacherTops.of(model(input_ids=windows[begin:begin + count, :-1]).logits))
             task.advance(count)
             begin += count
     sampled, greedy = torch.cat(sampled_parts), torch.cat(greedy_parts)
@@ -196,7 +196,7 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
     train_greedy, held_greedy = _split(greedy)
     parts = [train_sampled, train_greedy]
     kinds_kept = ("sampled", "greedy", "text") if windows is not None else ("sampled", "greedy")
-    teacher = TeacherTops.cat([_split(TeacherTops.cat(logits[kind]))[0] for kind in kinds_kept])
+    teacher = TeacherTops.cat([_split(TeacherTops.cat(tops[kind]))[0] for kind in kinds_kept])
     heldout = [held_sampled]
     if windows is not None:
         train_text, held_text = _split(windows[:len(sampled)])

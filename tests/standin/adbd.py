@@ -419,6 +419,17 @@ class StandinDevice:
         self.fs.set_prop(key, value)
 
 
+def reap_jobs(root: Path) -> None:
+    """Kill runner jobs a killed stand-in leaves behind under `root` (GNU timeout leads its own process group)."""
+    for pid_file in root.glob("data/local/tmp/specdec/*/*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (int(p) for p in pid_file.read_text().split()[:2]):
+                with contextlib.suppress(OSError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description="Stand-in adbd on loopback")
     ap.add_argument("--port", type=int, default=0)
@@ -452,13 +463,3 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     main()
 
-
-def reap_jobs(root: Path) -> None:
-    """Kill runner jobs a killed stand-in leaves behind under `root` (GNU timeout leads its own process group)."""
-    for pid_file in root.glob("data/local/tmp/specdec/*/*.pid"):
-        with contextlib.suppress(OSError, ValueError):
-            for pid in (int(p) for p in pid_file.read_text().split()[:2]):
-                with contextlib.suppress(OSError):
-                    os.killpg(pid, signal.SIGKILL)
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)

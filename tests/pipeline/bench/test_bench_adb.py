@@ -29,7 +29,6 @@ def _config(out: Path, serial: str | None, prompts: Path, **overrides: object) -
     return config_from(BenchConfig, {**base, **overrides})
 
 
-
 def test_full_bench_over_adb(adb_environ, make_standin, bench_bundle, prompts_file, tmp_path) -> None:  # type: ignore[no-untyped-def]
     cool = {"cpu0": 36000, "gpu": 34000, "battery": 30000}  # below the profile's 40 °C start temperature
     device = make_standin(python=sys.executable, model="Pixel Standin", thermal_zones=cool)

@@ -65,7 +65,6 @@ def _left(device: StandinDevice) -> list[str]:
     return [path for path in _tree(device) if path.startswith("specdec/")]
 
 
-
 def _kill_after_first_reply(device: StandinDevice, done: threading.Event) -> threading.Thread:
     """Watch the device's event file (as the runner writes it) and drop the device after its first reply."""
 

@@ -26,7 +26,7 @@ def test_logits_kept_from_generation_equal_a_teacher_forced_pass() -> None:
     model = make_model("llama", vocab=96, layers=2, hidden=64, seed=1).eval()
     prefix = torch.randint(0, 96, (3, 5), generator=torch.Generator().manual_seed(0))
     for generator in (torch.Generator().manual_seed(2), None):
-        rows, tops = distill.continue_rows_logits(model, prefix, 7, generator)
+        rows, tops = distill.continue_rows_tops(model, prefix, 7, generator)
         assert rows.shape == (3, 12) and tops is not None and tops.logp.shape == (3, 11, 64)
         with torch.no_grad():
             forced = model(input_ids=rows[:, :-1]).logits
