@@ -36,6 +36,14 @@ def feature_table(report: dict[str, Any]) -> Table:
         ("5-token chain: tokens a round", f"{chain['tokens_per_round']:.2f}"),
         ("training", f"{report['training']['steps']} steps; {report['minutes']:.1f} min ({report['clock']} clock)"),
     ]
+    on_prompts = report.get("quality_eval_prompts")
+    if on_prompts is not None:
+        rows[7:7] = [  # after the held-out figures
+            (f"first-token acceptance on {Path(on_prompts['file']).name}",
+             f"{on_prompts['alpha1']:.3f} over {on_prompts['positions']} positions ({on_prompts['rows']} answers)"),
+            ("  by depth 1-4", " / ".join(f"{a:.2f}" for a in on_prompts["alpha_cond"][:4])),
+            ("  5-token chain: tokens a round", f"{on_prompts['chain']['5']['tokens_per_round']:.2f}"),
+        ]
     for row in rows:
         table.add_row(*row)
     return table
@@ -98,6 +106,10 @@ def draft(
     data: Path = typer.Option(None, "--data", file_okay=False, help="feature: keep the target's answers in this "
                                                                     "directory and reuse them in a later run with the "
                                                                     "same seed and text."),
+    eval_prompts: Path = typer.Option(None, "--eval-prompts", dir_okay=False,
+                                      help="feature: also measure acceptance on the target's answers to these "
+                                           "prompts (JSONL with 'text', 'messages' or 'input_ids' lines, as bench "
+                                           "reads): your own requests, not the built-in held-out ones."),
     steps: int = typer.Option(None, "--steps", help="Distillation steps (with --minutes: at most this many)."),
     samples: int = typer.Option(None, "--samples", help="Rows the target writes to distil on, sampled and as many "
                                                         "greedy continuations (default 512)."),

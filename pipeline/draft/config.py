@@ -20,7 +20,7 @@ class DraftMethod(enum.StrEnum):
 
 # options that only one kind reads: given to the other, they are an error, not ignored
 _KIND_OPTIONS = {DraftMethod.pruned: ("size", "heads", "ffn"),
-                 DraftMethod.feature: ("clock", "vocab_size", "max_prompts", "answer_tokens", "data")}
+                 DraftMethod.feature: ("clock", "vocab_size", "max_prompts", "answer_tokens", "data", "eval_prompts")}
 
 
 def default_kind(given: dict[str, Any]) -> DraftMethod:
@@ -61,6 +61,9 @@ class DraftConfig:
     max_prompts: int | None = None  # at most this many prompts answered (default: as many as the budget allows)
     answer_tokens: int | None = None  # tokens an answer may take (default feature_stage.ANSWER_TOKENS)
     data: Path | None = None  # keep the target's answers here, and reuse them when they match
+    # a prompts file (JSONL, as bench reads) the report's acceptance is also measured on: the target answers
+    # it greedily and the draft drafts along those answers. Not in record(): it does not decide the weights.
+    eval_prompts: Path | None = None
 
     def __post_init__(self) -> None:
         for kind, keys in _KIND_OPTIONS.items():

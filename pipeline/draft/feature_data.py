@@ -26,7 +26,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,12 +156,31 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
 def encode_chat(tokenizer: Any, prompt: str, max_prompt: int) -> list[int]:
     """The prompt as the target's chat template renders a one-turn conversation, cut to `max_prompt`
     tokens from the front (the template's closing tokens, which start the answer, stay)."""
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                        tokenize=True)
+    return encode_messages(tokenizer, [{"role": "user", "content": prompt}], max_prompt)
+
+
+def encode_messages(tokenizer: Any, messages: Sequence[Mapping[str, str]], max_prompt: int) -> list[int]:
+    """A conversation through the target's chat template, ready for the answer, cut as encode_chat cuts."""
+    ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "keys"):  # a BatchEncoding in newer transformers
         ids = ids["input_ids"]
     ids = [int(i) for i in ids]
     return ids[-max_prompt:]
+
+
+def answer_all(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], settings: DataSettings, *,
+               feature_layer: int, progress: Progress, description: str) -> list[Row]:
+    """Greedy answers to every prompt, `settings.batch` at a time, in the given order (no deadline)."""
+    eos = eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
+    rows: list[Row] = []
+    with progress.task(description, total=len(prompts)) as task:
+        for start in range(0, len(prompts), settings.batch):
+            chunk = prompts[start:start + settings.batch]
+            rows += generate(model, chunk, max_new=settings.max_new, eos=eos, feature_layer=feature_layer,
+                             pad=int(pad))
+            task.advance(len(chunk))
+    return rows
 
 
 class PromptSource:

@@ -5,7 +5,10 @@
    its greedy choice at every position: up to DATA_SHARE of the budget, loading included.
 2. **Training** (feature_train.py): one decoder layer (feature_model.py's format) on those rows,
    the rest of the budget less END_MARGIN, with the step count fixed from the first steps' time.
-3. **Evaluation** (feature_eval.py) on held-out answers: acceptance by depth and tokens per round.
+3. **Evaluation** (feature_eval.py) on held-out answers: acceptance by depth and tokens per round;
+   with `--eval-prompts FILE` also on the target's greedy answers to the user's own prompts, which
+   the built-in held-out answers can overstate (they come from the same prompt bank as the training
+   answers; docs/draft.md). Those answers are made in float32 right after the data, on the budget.
 
 The work directory `.NAME.feature-work` next to the output holds the answers (one shard a batch) and
 the training checkpoint while the run lasts, so `--resume` continues after the last shard or from
@@ -35,6 +38,7 @@ from specdec.pipeline.draft.pruning import SUPPORTED
 from specdec.pipeline.draft.target import load_target, resolve_target
 from specdec.pipeline.errors import InputError, UnsupportedModelError, setting
 from specdec.pipeline.inputs.calibration import read_tokens
+from specdec.pipeline.inputs.prompts import PromptItem, load_prompts
 from specdec.pipeline.progress import Progress, SilentProgress
 
 log = logging.getLogger(__name__)
@@ -118,10 +122,14 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     progress = progress or SilentProgress()
     wall_began = time.time()
     source = resolve_target(config.target)
-    sources = (Path(source.path), config.calib)  # the output may not touch what the run reads
+    sources = (Path(source.path), config.calib, config.eval_prompts)  # the output may not touch what the run reads
     check_output_dir(config.output, force=config.force, sources=sources)
     if config.calib is not None and not config.calib.is_file():
         raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
+    if config.eval_prompts is not None and not config.eval_prompts.is_file():
+        raise InputError(f"{setting('eval_prompts')} file '{config.eval_prompts}' does not exist",
+                         "pass a JSONL file with one prompt a line ('text', 'messages' or 'input_ids')")
+    eval_items = load_prompts(config.eval_prompts) if config.eval_prompts is not None else None
     layers = config.layers or 1
     threads = config.threads or default_threads()
     torch.set_num_threads(threads)
@@ -130,6 +138,8 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     for param in target.parameters():
         param.requires_grad_(False)
     settings = feature_data.DataSettings(max_new=config.answer_tokens or ANSWER_TOKENS, seed=config.seed)
+    eval_ids = (eval_prompt_ids(eval_items, tokenizer, int(target_config.vocab_size), settings.max_prompt)
+                if eval_items is not None else None)
     data_key = hashlib.sha256(json.dumps(_data_record(config, settings), sort_keys=True).encode()).hexdigest()
     fingerprint = _fingerprint(source, config.record())
     work, resume = _prepare_work(config, fingerprint, data_key)
@@ -157,6 +167,16 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
                          f"give more {setting('minutes')} or text with {setting('calib')}")
     log.info("data: %d batches, %d answer + %d prompt tokens, %.0f s (%s)", corpus.batches,
              corpus.generated_tokens, corpus.prompt_tokens, corpus.seconds, dtype)
+    eval_rows: list[feature_data.Row] = []
+    if eval_ids is not None:
+        # float32, as the bundle's target decodes: bfloat16 answers and features measured lower
+        # acceptance (0.363 against 0.404 on the SmolLM2 demo's requests, docs/draft.md)
+        began = clock()
+        with torch.no_grad():
+            eval_rows = feature_data.answer_all(target, tokenizer, eval_ids, settings, feature_layer=feature_layer,
+                                                progress=progress, description="the target answers your "
+                                                                               "evaluation prompts")
+        phases["eval_prompts_s"] = clock() - began
 
     eos = feature_data.eos_ids(target, tokenizer)
     vocab_size = min(config.vocab_size or VOCAB_SIZE, int(target_config.vocab_size))
@@ -182,14 +202,17 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     began = clock()
     with progress.task("measuring acceptance on held-out answers"):
         quality = feature_eval.evaluate(draft, corpus.heldout[:EVAL_ROWS], depth=EVAL_DEPTH, bf16=bf16)
+        on_prompts = (feature_eval.evaluate(draft, eval_rows, depth=EVAL_DEPTH) | {"file": str(config.eval_prompts)}
+                      if config.eval_prompts is not None else None)
     phases["eval_s"] = clock() - began
     coverage = _coverage(draft.vocab, corpus.heldout)
-    result = {
+    result: dict[str, Any] = {
         "kind": "feature", "target": source.path, "config": config.record(),
         "draft": {"layers": layers, "feature_layer": feature_layer, "vocab_size": int(draft.vocab.numel()),
                   "target_vocab_size": int(target_config.vocab_size), "heldout_vocab_coverage": coverage},
         "sizes": _sizes(draft, target),
         "quality": quality,
+        **({"quality_eval_prompts": on_prompts} if on_prompts is not None else {}),
         "data": {"batches": corpus.batches, "rows": len(corpus.train) + len(corpus.heldout),
                  "answer_tokens": corpus.generated_tokens, "prompt_tokens": corpus.prompt_tokens,
                  "dtype": str(dtype).removeprefix("torch."), "seconds": round(corpus.seconds, 1),
@@ -210,6 +233,33 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     else:
         checkpoint_path.unlink(missing_ok=True)
     return MadeDraft(path=path, report=result)
+
+
+def eval_prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: int) -> list[list[int]]:
+    """Each evaluation prompt as the target reads it: `input_ids` as given, `messages` through its chat
+    template, `text` as one user message when it has a template (plain text otherwise); the last
+    `max_prompt` tokens, as the training prompts are cut."""
+    has_template = bool(getattr(tokenizer, "chat_template", None))
+    prompts = []
+    for item in items:
+        if item.input_ids is not None:
+            ids = item.input_ids
+            if max(ids) >= vocab or min(ids) < 0:
+                raise InputError(f"{setting('eval_prompts')} prompt '{item.id}' has token ids outside the target's "
+                                 f"vocabulary (0..{vocab - 1})", "give text or messages, or ids of this target")
+        elif item.messages is not None:
+            if not has_template:
+                raise InputError(f"{setting('eval_prompts')} prompt '{item.id}' gives messages but the target has "
+                                 "no chat template", "give 'text' lines for this target")
+            ids = feature_data.encode_messages(tokenizer, item.messages, max_prompt)
+        elif has_template:
+            ids = feature_data.encode_chat(tokenizer, item.text or "", max_prompt)
+        else:
+            ids = [int(i) for i in tokenizer.encode(item.text or "")]
+        if not ids:
+            raise InputError(f"{setting('eval_prompts')} prompt '{item.id}' has no tokens", "give it some text")
+        prompts.append(ids[-max_prompt:])
+    return prompts
 
 
 def _coverage(vocab: Any, rows: list[feature_data.Row]) -> float | None:

@@ -4,6 +4,7 @@ resume equal to an uninterrupted run, the budget kept, reused answers, and clear
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,14 +13,16 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdec.pipeline.draft import DraftConfig, make_draft
+from specdec.pipeline.draft import DraftConfig, feature_data, feature_eval, make_draft
 from specdec.pipeline.draft.clock import ClockKind
 from specdec.pipeline.draft.config import DraftMethod
 from specdec.pipeline.draft.feature_model import FeatureDraft
-from specdec.pipeline.draft.feature_stage import work_dir
+from specdec.pipeline.draft.feature_stage import EVAL_DEPTH, eval_prompt_ids, work_dir
 from specdec.pipeline.errors import InputError, UnsupportedModelError
+from specdec.pipeline.inputs.prompts import load_prompts
+from specdec.pipeline.progress import SilentProgress
 
 SMALL: dict[str, Any] = {"kind": DraftMethod.feature, "max_prompts": 8, "answer_tokens": 8, "threads": 1,
                          "vocab_size": 100, "checkpoint_minutes": 1e-9}
@@ -137,3 +140,62 @@ def test_a_feature_draft_from_a_gguf_target(tmp_path: Path) -> None:
     draft = FeatureDraft.load(out, target.get_input_embeddings().weight)
     assert torch.equal(draft.lm_head.weight, target.get_output_embeddings().weight[draft.vocab])
     assert (out / "tokenizer.json").is_file()
+
+
+def _prompts_file(path: Path, lines: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_acceptance_is_also_measured_on_the_users_prompts(target: Path, made: Path, tmp_path: Path) -> None:
+    """--eval-prompts: the report's second figure is the evaluator's on the float target's greedy answers
+    to the user's prompts, and asking for it leaves the weights as they were."""
+    prompts = _prompts_file(tmp_path / "mine.jsonl", [{"text": "hello there"}, {"id": "two", "text": "a b c d"},
+                                                      {"input_ids": [5, 6, 7]}])
+    result = make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=4, eval_prompts=prompts,
+                                    **SMALL))
+    on_prompts = result.report["quality_eval_prompts"]
+    assert on_prompts["file"] == str(prompts) and on_prompts["rows"] == 3 and on_prompts["positions"] > 0
+    weights, before = load_file(str(result.path / "model.safetensors")), load_file(str(made / "model.safetensors"))
+    assert weights.keys() == before.keys() and all(torch.equal(weights[k], before[k]) for k in before)
+
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(target))
+    ids = eval_prompt_ids(load_prompts(prompts), tokenizer, model.config.vocab_size, 384)
+    assert ids[2] == [5, 6, 7]
+    settings = feature_data.DataSettings(max_new=SMALL["answer_tokens"])
+    with torch.no_grad():
+        rows = feature_data.answer_all(model, tokenizer, ids, settings, progress=SilentProgress(),
+                                       feature_layer=model.config.num_hidden_layers - 1, description="answers")
+    draft = FeatureDraft.load(result.path, model.get_input_embeddings().weight)
+    expected = feature_eval.evaluate(draft, rows, depth=EVAL_DEPTH)
+    assert {k: v for k, v in on_prompts.items() if k != "file"} == expected
+
+
+def test_bad_evaluation_prompts_are_refused(target: Path, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="does not exist"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=1, eval_prompts=tmp_path / "no.jsonl",
+                               **SMALL))
+    chat = _prompts_file(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}])
+    with pytest.raises(InputError, match="no chat template"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=1, eval_prompts=chat, **SMALL))
+    outside = _prompts_file(tmp_path / "ids.jsonl", [{"input_ids": [1, 10**6]}])
+    with pytest.raises(InputError, match="outside the target's vocabulary"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=1, eval_prompts=outside, **SMALL))
+    with pytest.raises(InputError, match="only apply to kind feature"):
+        DraftConfig(target=str(target), output=tmp_path / "d", kind=DraftMethod.pruned, eval_prompts=chat)
+    assert not (tmp_path / "d").exists() and not work_dir(tmp_path / "d").exists()
+
+
+def test_messages_go_through_the_targets_chat_template(target: Path, tmp_path: Path) -> None:
+    chat_target = tmp_path / "chat-target"
+    shutil.copytree(target, chat_target)
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    tokenizer.save_pretrained(str(chat_target))
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
+    prompts = _prompts_file(tmp_path / "p.jsonl", [{"messages": [{"role": "user", "content": "hi there"}]},
+                                                   {"text": "hi there"}])
+    ids = eval_prompt_ids(load_prompts(prompts), tokenizer, 10**6, 384)
+    rendered = [int(i) for i in tokenizer.encode("<user>hi there<assistant>", add_special_tokens=False)]
+    assert ids[0] == ids[1] and ids[0][-len(rendered):] == rendered  # text is one user message under a template
