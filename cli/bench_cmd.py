@@ -47,6 +47,7 @@ def bench(
     drafter: options.Drafter = None,
     lookup_max_ngram: options.LookupMaxNgram = None,
     lookup_min_ngram: options.LookupMinNgram = None,
+    draft_min_prob: options.DraftMinProb = None,
     tune: bool = typer.Option(True, "--tune/--no-tune",
                               help="Without a plan for this device in the bundle, measure the device's cost curve "
                                    "and the acceptance first and plan the tree (else: profile/scenario tree)."),

@@ -76,6 +76,7 @@ def generate(
     drafter: options.Drafter = None,
     lookup_max_ngram: options.LookupMaxNgram = None,
     lookup_min_ngram: options.LookupMinNgram = None,
+    draft_min_prob: options.DraftMinProb = None,
     profile: options.Profile = None,
     scenario: options.Scenario = None,
     controllers: options.Controllers = None,

@@ -172,6 +172,10 @@ LookupMaxNgram = Annotated[int | None, typer.Option(
     "--lookup-max-ngram", help="Longest context suffix prompt lookup matches (default 3).")]
 LookupMinNgram = Annotated[int | None, typer.Option(
     "--lookup-min-ngram", help="Shortest context suffix prompt lookup matches (default 1).")]
+DraftMinProb = Annotated[float | None, typer.Option(
+    "--draft-min-prob", help="Confidence gate: draft-model nodes whose path probability under the draft is below "
+                             "this are not proposed (greedy and match; rrs ignores it; 0 = off; default: the "
+                             "plan's, else 0).")]
 ExactLayout = Annotated[bool | None, typer.Option(
     "--exact-layout/--tree-layout",
     help="Exact layout: chains only and no single-row calls (unless the target computes one row exactly, as "

@@ -301,6 +301,9 @@ class Engine:
         stats.accepted_len = len(path)
         order = np.argsort(tree.selected)[1:]  # non-root nodes in best-first order
         stats.order_depths = tree.depths[order].tolist()
+        parents = tree.parents[order]
+        stats.order_parents = np.where(parents >= 0, tree.selected[np.maximum(parents, 0)] - 1, -1).tolist()
+        stats.order_gates = tree.gate_logprob[order].tolist()
         stats.path_positions = [int(tree.selected[node]) - 1 for node in path[1:]]
         stats.path_ranks = tree.rank[path[1:]].tolist()
         origin, accepted = tree.origin.tolist(), tree.origin[path[1:]].tolist()

@@ -14,6 +14,13 @@ stay in the draft cache: every accepted token becomes pending, to be fed again n
 the target's feature, so the cache of committed positions is always made of target features
 (what the draft was trained on). Rejected rows leave with their KV, as for a model draft.
 
+The confidence gate (`DecodeConfig.draft_gate`) drops a candidate whose path probability under
+the draft's raw softmax is below it: the call then also returns the logits, whose log-sum-exp
+gives each candidate's raw log-probability (DynamicTreePrune's are renormalised over the kept
+candidates, so a lone kept candidate reads 1 whatever the draft thought of it). A dropped node is
+never verified and never drafted from, so a doubtful round costs one draft call instead of
+`depth`; a round whose first candidate is dropped decodes the root alone.
+
 A reduced draft vocabulary (`vocab_map`, V' target ids) maps DynamicTreePrune's candidates, draft
 rows, to target ids right after the op; nothing downstream sees a draft row. Tokens outside the
 vocabulary are never proposed, so their proposal probability is 0, which match and rrs verify
@@ -21,6 +28,8 @@ exactly (docs/design.md §4).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -61,6 +70,15 @@ def restrict(
     alive = valid.any(axis=-1, keepdims=True)  # rows whose every candidate was out of vocabulary stay empty
     norm = np.where(alive, np.logaddexp.reduce(np.where(alive, logprob, 0.0), axis=-1, keepdims=True), 0.0)
     return ids, np.where(valid, logprob - norm, -np.inf)
+
+
+def raw_logprob(logits: np.ndarray, ids: np.ndarray, temperature: float) -> np.ndarray:
+    """log softmax(logits / T) at each candidate id (draft rows, -1: none -> -inf), in float64."""
+    scaled = logits.astype(np.float64) / temperature
+    peak = scaled.max(axis=-1, keepdims=True)
+    norm = peak + np.log(np.exp(scaled - peak).sum(axis=-1, keepdims=True))
+    picked = np.take_along_axis(scaled, np.maximum(ids, 0), axis=-1) - norm
+    return np.where(ids >= 0, picked, -np.inf)
 
 
 class ModelDrafter:
@@ -124,10 +142,11 @@ class ModelDrafter:
     def _forward_candidates(
         self, tokens: np.ndarray, positions: np.ndarray, scratch_visible: np.ndarray, new_visible: np.ndarray,
         rows: slice, config: DecodeConfig, stats: RoundStats, features: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
         """One draft forward and DynamicTreePrune on `rows` (in the graph when surgery put it there):
-        the candidates as target ids, their log-probabilities, and a feature draft's `hidden_out`
-        rows of the call (None for a draft model)."""
+        the candidates as target ids, their log-probabilities, a feature draft's `hidden_out` rows
+        of the call (None for a draft model), and with the gate on the candidates' raw
+        log-probabilities (else None)."""
         clock = StageClock(stats)
         p = config.prune
         beta = p.beta_base if self.beta_base is None else self.beta_base
@@ -135,12 +154,13 @@ class ModelDrafter:
                    "entropy_high": p.entropy_high, "beta_base": beta, "rho_min": p.rho_min, "rho_max": p.rho_max}
         feeds = {HIDDEN_STATES: features[None]} if features is not None else {}
         hidden_out = (HIDDEN_OUT,) if features is not None else ()
+        gated = config.draft_gate > 0
         with clock(DRAFT):
             if self.runner.has_prune:
-                _, extras = self.runner.forward(
+                logits, extras = self.runner.forward(
                     tokens, positions, scratch_visible, new_visible,
                     extra_inputs={**{k: np.array(v, np.float32) for k, v in scalars.items()}, **feeds},
-                    extra_outputs=("cand_ids", "cand_logprob", *hidden_out), with_logits=False,
+                    extra_outputs=("cand_ids", "cand_logprob", *hidden_out), with_logits=gated,
                 )
                 ids, logprob = extras["cand_ids"][rows], extras["cand_logprob"][rows]
             else:
@@ -153,10 +173,14 @@ class ModelDrafter:
             if not self.runner.has_prune:
                 assert logits is not None
                 ids, logprob, _keep, _entropy = dynamic_tree_prune(logits[rows], max_k=p.max_k, **scalars)
+            raw = None
+            if gated:
+                assert logits is not None
+                raw = raw_logprob(logits[rows], ids, config.draft_temperature)
             if self.vocab_map is not None:  # draft rows -> target ids (the op ranks the draft's own rows)
                 ids = np.where(ids >= 0, self.vocab_map[np.maximum(ids, 0)], -1)
             ids, logprob = restrict(ids, logprob, self.target_vocab, config.top_k, config.top_p)
-        return ids, logprob, hidden
+        return ids, logprob, hidden, raw
 
     def draft(self, root: int, root_position: int, plan: RoundPlan, config: DecodeConfig,
               rand: Randomness, round_key: int, stats: RoundStats, pool: CandidatePool | None = None
@@ -172,10 +196,11 @@ class ModelDrafter:
         if self.needs_features:
             assert self.root_feature is not None
             features = np.stack([*self.pending_features, self.root_feature])
-        ids, logprob, hidden = self._forward_candidates(
+        ids, logprob, hidden, raw = self._forward_candidates(
             np.array(feed), positions, np.zeros((len(feed), 0), bool), causal(len(feed)), slice(-1, None), config,
             stats, features,
         )
+        min_logprob = math.log(config.draft_gate) if config.draft_gate > 0 else -math.inf
         pool.nodes[0].draft_slot = len(feed) - 1
         # a feature draft's hidden_out of each node it ran: the feature its children read
         node_hidden: dict[int, np.ndarray] = {0: hidden[-1]} if hidden is not None else {}
@@ -190,10 +215,14 @@ class ModelDrafter:
                 gumbel = self._gumbel(rand, round_key, level, ids.shape) if sampled else None
                 for row, node in enumerate(frontier):
                     dists[node] = (ids[row], logprob[row])
-                    order = np.flatnonzero(ids[row] >= 0)
+                    proposable = ids[row] >= 0
+                    if raw is not None:  # the confidence gate (never with gumbel: rrs turns it off)
+                        proposable &= pool.nodes[node].gate_logprob + raw[row] >= min_logprob
+                    order = np.flatnonzero(proposable)
                     if gumbel is not None:  # draws without replacement, in draw order
                         order = order[np.argsort(-(logprob[row][order] + gumbel[row][order]), kind="stable")]
-                    created += pool.add_children(node, ids[row][order], logprob[row][order])
+                    created += pool.add_children(node, ids[row][order], logprob[row][order],
+                                                 raw[row][order] if raw is not None else None)
                 frontier = pool.best(created, plan.width)
             if level + 1 == plan.depth or not frontier or self._cannot_improve(pool, created, plan.budget,
                                                                                config.exact_layout, level):
@@ -203,7 +232,7 @@ class ModelDrafter:
             positions = np.array([root_position + pool.nodes[i].depth for i in frontier])
             features = (np.stack([node_hidden[pool.nodes[i].parent] for i in frontier]) if self.needs_features
                         else None)
-            ids, logprob, hidden = self._forward_candidates(
+            ids, logprob, hidden, raw = self._forward_candidates(
                 tokens, positions, self._scratch_visibility(pool, frontier, slots), np.eye(len(frontier), dtype=bool),
                 slice(None), config, stats, features,
             )

@@ -39,6 +39,10 @@ class RoundStats:
     order_depths: list[int] = field(default_factory=list)
     path_positions: list[int] = field(default_factory=list)
     path_ranks: list[int] = field(default_factory=list)
+    # Per node in best-first order: its parent's best-first position (-1: the root) and its
+    # Candidate.gate_logprob, so the planner can replay the round under a confidence gate.
+    order_parents: list[int] = field(default_factory=list)
+    order_gates: list[float] = field(default_factory=list)
     # Tree nodes (root excluded) each source proposed, and how many of them were accepted; a
     # node both sources proposed counts for both.
     proposed_model: int = 0

@@ -45,6 +45,9 @@ class Candidate:
     children: list[int] = field(default_factory=list)
     model_children: list[int] = field(default_factory=list)
     draft_slot: int = -1  # index among this round's new draft KV slots, -1 if never forwarded
+    # log of the path's probability under the draft's raw softmax, a lookup edge counting as certain:
+    # what the confidence gate (DecodeConfig.draft_min_prob) compares; 0 where nobody measured it
+    gate_logprob: float = 0.0
 
     @property
     def weight(self) -> float:
@@ -70,6 +73,7 @@ class DraftTree:
     origin: np.ndarray  # MODEL | LOOKUP bits per node (root 0)
     draft_rank: np.ndarray  # position among the parent's draft-model children, -1 where the model did not draft it
     lookup_cell: np.ndarray  # acceptance-estimate cell of lookup proposals, -1 elsewhere
+    gate_logprob: np.ndarray  # Candidate.gate_logprob per node
 
     @property
     def size(self) -> int:
@@ -87,7 +91,7 @@ class DraftTree:
         """
         return cls(tokens=np.array([token], np.int64), parents=_NONE, depths=_ZERO, path_logprob=_ZERO_F,
                    draft_slot=_NONE if draft_slot < 0 else np.array([draft_slot], np.int64), source=_ZERO,
-                   selected=_ZERO, rank=_ZERO, origin=_ZERO, draft_rank=_NONE, lookup_cell=_NONE)
+                   selected=_ZERO, rank=_ZERO, origin=_ZERO, draft_rank=_NONE, lookup_cell=_NONE, gate_logprob=_ZERO_F)
 
     @property
     def point_mass(self) -> np.ndarray:
@@ -133,21 +137,24 @@ class CandidatePool:
     def __init__(self, root_token: int) -> None:
         self.nodes: list[Candidate] = [Candidate(root_token, -1, 0, 0.0, 0.0)]
 
-    def add_children(self, parent: int, tokens: np.ndarray, logq: np.ndarray) -> list[int]:
+    def add_children(self, parent: int, tokens: np.ndarray, logq: np.ndarray,
+                     raw_logprob: np.ndarray | None = None) -> list[int]:
         """The draft model's candidates under `parent`, in proposal order; returns their node indices.
 
         A token lookup already proposed there becomes that node's model role (no duplicate node).
+        `raw_logprob`: each candidate's log-probability under the draft's raw softmax (the gate's measure).
         """
         base = self.nodes[parent]
         existing = {self.nodes[c].token: c for c in base.children} if base.children else None
         created = []
-        for token, lq in zip(tokens.tolist(), logq.tolist(), strict=True):
+        raws = raw_logprob.tolist() if raw_logprob is not None else [0.0] * len(tokens)
+        for token, lq, raw in zip(tokens.tolist(), logq.tolist(), raws, strict=True):
             rank = len(base.model_children)
             index = existing.get(int(token), -1) if existing else -1
             if index < 0:
                 index = len(self.nodes)
                 self.nodes.append(Candidate(int(token), parent, base.depth + 1, base.path_logprob + float(lq),
-                                            float(lq), model_rank=rank))
+                                            float(lq), model_rank=rank, gate_logprob=base.gate_logprob + raw))
                 base.children.append(index)
             else:
                 node = self.nodes[index]
@@ -171,7 +178,7 @@ class CandidatePool:
             if child < 0:
                 child = len(self.nodes)
                 self.nodes.append(Candidate(token, at, base.depth + 1, base.path_logprob + logp, lookup_logp=logp,
-                                            lookup_cell=cell))
+                                            lookup_cell=cell, gate_logprob=base.gate_logprob))
                 base.children.append(child)
             else:
                 node = self.nodes[child]
@@ -275,5 +282,6 @@ class CandidatePool:
         tokens, parents, depths, draft_slot, source, chosen_at, rank, origin, draft_rank, lookup_cell = columns
         return DraftTree(tokens=tokens, parents=parents, depths=depths,
                          path_logprob=np.array([nodes[i].path_logprob for i in order], np.float64),
+                         gate_logprob=np.array([nodes[i].gate_logprob for i in order], np.float64),
                          draft_slot=draft_slot, source=source, selected=chosen_at, rank=rank, origin=origin,
                          draft_rank=draft_rank, lookup_cell=lookup_cell)

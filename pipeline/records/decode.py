@@ -78,6 +78,13 @@ class DecodeConfig:
     # Prompt lookup matches the context's last n tokens for n = max ... min (longest first).
     lookup_max_ngram: int = 3
     lookup_min_ngram: int = 1
+    # The draft's confidence gate: a node the draft model proposes is dropped when its path
+    # probability under the draft's own distribution (the product of its raw softmax probabilities
+    # from the root, not the pruned and renormalised q~ the tree ranks by) is below this. A verified
+    # row costs a target row and its children a draft call; a node the draft itself doubts is rarely
+    # accepted. Only where the proposal distribution does not enter verification (greedy, match);
+    # rrs ignores it. 0: off. Tune chooses it (engine/tune/planner.py).
+    draft_min_prob: float = field(default=0.0, metadata=OMIT_DEFAULT)
     # Bitwise-exact layout: every target call has at least two rows (plain steps get a pad row)
     # and trees are chains, so each token is computed by the same kernels on the same data
     # whether it is decoded alone or verified in a round (see engine/invariance.py).
@@ -124,6 +131,7 @@ class DecodeConfig:
             (self.depth < 1, f"{setting('depth')} must be at least 1", fix_it),
             (self.width < 1, f"{setting('width')} must be at least 1", fix_it),
             (self.prune.max_k < 1, f"{setting('max_k')} must be at least 1", fix_it),
+            (not 0 <= self.draft_min_prob < 1, f"{setting('draft_min_prob')} must be in [0, 1)", "0 turns it off"),
             (not 1 <= self.lookup_min_ngram <= self.lookup_max_ngram <= MAX_LOOKUP_NGRAM,
              f"lookup n-gram lengths need 1 <= {setting('lookup_min_ngram')} <= {setting('lookup_max_ngram')} "
              f"<= {MAX_LOOKUP_NGRAM} (got {self.lookup_min_ngram} and {self.lookup_max_ngram})", fix_it),
@@ -166,3 +174,9 @@ class DecodeConfig:
         # Greedy verification does not care how the tree was shaped; the draft's natural (T = 1)
         # distribution spreads candidates where it is unsure instead of collapsing to a chain.
         return 1.0 if self.effective_mode is VerifyMode.greedy else self.temperature
+
+    @property
+    def draft_gate(self) -> float:
+        """The confidence gate in force: draft_min_prob, or 0 under rrs (whose verification reads the
+        proposal distribution, which a gate on the drawn tokens would bias)."""
+        return 0.0 if self.effective_mode is VerifyMode.rrs else self.draft_min_prob

@@ -30,6 +30,8 @@ class PlanChoice:
     predicted_speedup: float
     # prompt lookup's (min, max) suffix lengths, for drafters that use it
     lookup_ngrams: list[int] | None = field(default=None, metadata=OMIT_DEFAULT)
+    # the draft's confidence gate (DecodeConfig.draft_min_prob); 0 (off) is left out of the record
+    draft_min_prob: float = field(default=0.0, metadata=OMIT_DEFAULT)
 
     @property
     def speculative(self) -> bool:
@@ -85,7 +87,8 @@ class DevicePlan:
         if not choice.speculative:
             return {"speculative": False}
         settings: dict[str, Any] = {"drafter": choice.drafter, "tree_budget": choice.budget, "depth": choice.depth,
-                                    "width": choice.width, "exact_layout": self.exact_layout}
+                                    "width": choice.width, "exact_layout": self.exact_layout,
+                                    "draft_min_prob": choice.draft_min_prob}
         if choice.lookup_ngrams:
             settings["lookup_min_ngram"], settings["lookup_max_ngram"] = choice.lookup_ngrams
         return settings

@@ -42,6 +42,7 @@ class DecodeOptions:
     drafter: DrafterKind | None = None
     lookup_max_ngram: int | None = None
     lookup_min_ngram: int | None = None
+    draft_min_prob: float | None = None
     exact_layout: bool | None = None
     # constrained decoding: the phrases and the schema's text (the CLI reads them from files)
     ban: tuple[str, ...] | None = None

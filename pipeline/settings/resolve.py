@@ -79,8 +79,8 @@ class ResolvedSettings:
         """The target's weight format the run decodes with: its plan's choice (None: the bundle's own)."""
         return self.plan.weight_format if self.plan is not None else None
 
-    def describe(self, keys: Sequence[str] = ("drafter", "tree_budget", "depth", "width", "beta_base", "max_k")
-                 ) -> str:
+    def describe(self, keys: Sequence[str] = ("drafter", "tree_budget", "depth", "width", "beta_base", "max_k",
+                                              "draft_min_prob")) -> str:
         """`drafter model (defaults), tree_budget 16 (profile local-cpu), depth 7 (scenario code), ...` for people.
 
         Speculation turned off and the exact layout are named first when a layer chose them.

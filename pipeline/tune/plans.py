@@ -23,6 +23,7 @@ from specdec.pipeline.settings.decode_options import DECODE_KEYS, DecodeOptions
 from specdec.pipeline.settings.resolve import ResolvedSettings, bundle_requirements
 
 TREE_SETTINGS = ("tree_budget", "depth", "width")
+GATE_SETTING = "draft_min_prob"
 LOOKUP_SETTINGS = ("lookup_min_ngram", "lookup_max_ngram")
 # prompt lookup's (min, max) suffix lengths a tuning pass tries when the user fixed neither
 LOOKUP_NGRAMS = ([1, 3], [2, 4])
@@ -46,7 +47,8 @@ def tune_request(bundle: Bundle, options: DecodeOptions, device: str, prompts: l
     request = TuneRequest(prompts=[], device=device, budgets=[b for b in budgets if b >= 2] if budgets else None,
                           drafters=[getattr(drafter, "value", str(drafter))] if drafter is not None else [],
                           lookup_ngrams=[] if lookup_pinned else [list(n) for n in LOOKUP_NGRAMS],
-                          pinned=pinned + (["drafter"] if drafter is not None else []) + lookup_pinned, only=only)
+                          pinned=pinned + (["drafter"] if drafter is not None else []) + lookup_pinned
+                          + ([GATE_SETTING] if GATE_SETTING in given else []), only=only)
     if max_new_tokens is not None:
         request.max_new_tokens = max_new_tokens
     # Calibration decodes max_new_tokens past the prompt and then verifies trees of up to max_budget nodes:

@@ -49,6 +49,7 @@ from specdec.pipeline.records.plan import CostFit, DevicePlan, PlanChoice, TuneR
 log = logging.getLogger(__name__)
 
 VERIFY_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+RECORDING_GATE = 1e-6  # far below any gate the planner tries (planner.GATES)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ class CalibrationSpec:
 
     def config(self, base: DecodeConfig, max_budget: int) -> DecodeConfig:
         config = dataclasses.replace(base, drafter=self.drafter, tree_budget=max_budget, width=self.width)
+        if self.drafter.needs_model and base.draft_min_prob == 0:
+            # the draft's raw probabilities are measured only with a gate on: one that drops nothing
+            # the planner would keep lets it replay every gate from this one pass
+            config = dataclasses.replace(config, draft_min_prob=RECORDING_GATE)
         if self.lookup_ngrams is not None:
             config = dataclasses.replace(config, lookup_min_ngram=self.lookup_ngrams[0],
                                          lookup_max_ngram=self.lookup_ngrams[1])
@@ -147,7 +152,8 @@ def calibration_round(stats: RoundStats) -> CalibrationRound:
     rest = (stats.wall_ns - stats.stage_ns(VERIFY)) / 1e6 - sum(draft) - sum(prune)
     return CalibrationRound(order_depths=tuple(stats.order_depths), path_positions=tuple(stats.path_positions),
                             path_ranks=tuple(stats.path_ranks), draft_ms=tuple(draft), prune_ms=tuple(prune),
-                            rest_ms=max(rest, 0.0))
+                            rest_ms=max(rest, 0.0), order_parents=tuple(stats.order_parents),
+                            order_gates=tuple(stats.order_gates))
 
 
 def plain_pass(engine: Engine, prompt: list[int], config: DecodeConfig) -> tuple[int, int]:
@@ -247,7 +253,7 @@ def tune(engine: Engine, prompts: Sequence[list[int]], config: DecodeConfig, set
         wide = spec.config(base, max_budget)
         rounds = [calibration_round(r) for prompt in prompts for r in engine.generate(prompt, wide).speculative_rounds]
         calibrations.append(Calibration(spec.drafter.value, spec.width, max_budget, settings.max_depth, tuple(rounds),
-                                        spec.lookup_ngrams))
+                                        spec.lookup_ngrams, fixed_gate=base.draft_min_prob or None))
     # a lone root costs two rows in the exact layout unless the target computes a single row exactly
     plan = plan_tree(calibrations, verify, plain_ms, budgets=budgets, min_rows=engine.root_rows(base))
     confirmed = None
@@ -307,15 +313,15 @@ def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, pl
 
 
 def apply_choice(config: DecodeConfig, choice: PlanChoice, pinned: frozenset[str] = frozenset()) -> DecodeConfig:
-    """`config` with a plan's drafter and tree, except the fields the user fixed (`pinned`: tree_budget,
-    depth, width, drafter, lookup_min_ngram, lookup_max_ngram).
+    """`config` with a plan's drafter, tree and gate, except the fields the user fixed (`pinned`: tree_budget,
+    depth, width, drafter, lookup_min_ngram, lookup_max_ngram, draft_min_prob).
 
     A plan of plain decoding turns speculation off unless the user fixed a tree field or the drafter.
     """
     if not choice.speculative:
         return config if pinned else dataclasses.replace(config, speculative=False)
     chosen: dict[str, Any] = {"tree_budget": choice.budget, "depth": choice.depth, "width": choice.width,
-                                 "drafter": DrafterKind(choice.drafter)}
+                                 "drafter": DrafterKind(choice.drafter), "draft_min_prob": choice.draft_min_prob}
     if choice.lookup_ngrams:
         chosen["lookup_min_ngram"], chosen["lookup_max_ngram"] = choice.lookup_ngrams
     return dataclasses.replace(config, **{k: v for k, v in chosen.items() if k not in pinned})
@@ -331,6 +337,8 @@ def run_request(engine: Engine, request: TuneRequest, config: DecodeConfig,
         settings = dataclasses.replace(settings, drafters=tuple(DrafterKind(d) for d in request.drafters))
     if config.exact_layout:  # chains only
         settings = settings.exact()
+    if "draft_min_prob" not in request.pinned:  # the plan chooses the gate: calibrate without one
+        config = dataclasses.replace(config, draft_min_prob=0.0)
     return tune(engine, request.prompts, config, settings, budgets=request.budgets, on_step=on_step)
 
 

@@ -14,10 +14,16 @@ Round time = draft levels + target verify of the tree's n nodes + host work; tok
   smaller tree, counterfactually and without a model of the draft. Each round also records the
   time of every draft level and of the host's pruning per level, so a smaller tree's draft and
   host cost is known too.
-- `plan`: maximize E(n, D) * plain_step / (draft(D) + host(D) + E[c(size of the cut tree)]) over
-  the drafters (model, prompt lookup, both; lookup n-gram lengths) and their candidate trees —
-  a cut tree is smaller than n when the drafter proposed fewer nodes, e.g. lookup without a
-  match; if nothing beats plain decoding by `min_gain` (5 %), plan plain decoding.
+- The confidence gate g (DecodeConfig.draft_min_prob) is one more cut: each round records every
+  node's path probability under the draft's raw softmax and its parent, so the tree a gate would
+  have left (the nodes at or above g whose parents it kept, the draft calls down to the deepest
+  of them) is replayed too. Exact for chains (a gated node's siblings rank below it); for wider
+  trees the frontier a gate would have chosen instead is not drafted, so those are estimates —
+  which is what the confirmation step is for.
+- `plan`: maximize E(n, D, g) * plain_step / (draft(D, g) + host(D) + E[c(size of the cut tree)])
+  over the drafters (model, prompt lookup, both; lookup n-gram lengths), their candidate trees and
+  the gates — a cut tree is smaller than n when the drafter proposed fewer nodes, e.g. lookup
+  without a match; if nothing beats plain decoding by `min_gain` (5 %), plan plain decoding.
 
 Pure numpy-free Python on purpose: it runs on the host (`specdec tune`) and inside the device
 runner (bench tunes during its warm-up), where only the standard library is guaranteed.
@@ -26,12 +32,17 @@ runner (bench tunes during its warm-up), where only the standard library is guar
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from specdec.pipeline.records.plan import PlanChoice
 
 MIN_GAIN = 1.05  # plan plain decoding unless speculation is predicted at least 5 % faster
+# Confidence gates replayed for drafters that measured their nodes' draft probabilities. On a
+# CPU where a verified row costs about a twelfth of a plain step and a draft call a tenth
+# (SmolLM2-135M w8a8), a node pays from roughly 0.2 (benchmarks/RESULTS-archive.md, 2026-12-06).
+GATES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
 
 
 @dataclass(frozen=True)
@@ -86,20 +97,46 @@ class CalibrationRound:
     draft_ms: tuple[float, ...]  # time of each draft forward (level 0 = pending + root)
     prune_ms: tuple[float, ...]  # host pruning after each draft forward
     rest_ms: float  # the round's other host work (selection, verify glue, commit)
+    order_parents: tuple[int, ...] = ()  # best-first position of each node's parent (-1: the root)
+    order_gates: tuple[float, ...] = ()  # each node's log path probability under the draft (0: not measured)
 
-    def kept(self, budget: int, depth: int) -> set[int]:
-        """Best-first positions of the nodes a tree cut to `budget` nodes (root included) and `depth` levels keeps."""
+    def passes(self, gate: float) -> set[int] | None:
+        """Best-first positions of the nodes a confidence gate keeps (themselves and their ancestors at
+        or above it); None when nothing is cut (gate 0, or the round measured no probabilities)."""
+        if gate <= 0 or len(self.order_gates) != len(self.order_depths):
+            return None
+        floor = math.log(gate)
+        kept: set[int] = set()
+        for position, (parent, logprob) in enumerate(zip(self.order_parents, self.order_gates, strict=True)):
+            if logprob >= floor and (parent < 0 or parent in kept):
+                kept.add(position)
+        return kept
+
+    def kept(self, budget: int, depth: int, gate: float = 0.0) -> set[int]:
+        """Best-first positions of the nodes a tree cut to `budget` nodes (root included), `depth` levels
+        and the confidence gate `gate` keeps."""
+        allowed = self.passes(gate)
         kept: set[int] = set()
         for position, node_depth in enumerate(self.order_depths):
             if len(kept) >= budget - 1:
                 break
-            if node_depth <= depth:
+            if node_depth <= depth and (allowed is None or position in allowed):
                 kept.add(position)
         return kept
 
-    def accepted(self, budget: int, depth: int) -> int:
-        """Drafts accepted had the tree been cut to `budget` nodes (root included) and `depth` levels."""
-        kept = self.kept(budget, depth)
+    def draft_levels(self, depth: int, gate: float = 0.0) -> int:
+        """Draft forwards the round would have run: `depth` levels, fewer where the gate left no node
+        to draft from (level 0, the root's, always runs)."""
+        levels = min(depth, len(self.draft_ms))
+        allowed = self.passes(gate)
+        if allowed is None:
+            return levels
+        deepest = max((self.order_depths[p] for p in allowed), default=0)
+        return min(levels, 1 + deepest)
+
+    def accepted(self, budget: int, depth: int, gate: float = 0.0) -> int:
+        """Drafts accepted had the tree been cut to `budget` nodes (root included), `depth` levels and `gate`."""
+        kept = self.kept(budget, depth, gate)
         accepted = 0
         for position in self.path_positions:
             if position not in kept:
@@ -107,10 +144,10 @@ class CalibrationRound:
             accepted += 1
         return accepted
 
-    def tree_size(self, budget: int, depth: int) -> int:
+    def tree_size(self, budget: int, depth: int, gate: float = 0.0) -> int:
         """Nodes that tree would have verified: fewer than `budget` when the drafter proposed fewer
-        (the draft model's early stop, prompt lookup without a match)."""
-        return 1 + len(self.kept(budget, depth))
+        (the draft model's early stop, prompt lookup without a match, the gate)."""
+        return 1 + len(self.kept(budget, depth, gate))
 
 
 @dataclass(frozen=True)
@@ -124,6 +161,7 @@ class Calibration:
     max_depth: int
     rounds: tuple[CalibrationRound, ...]
     lookup_ngrams: tuple[int, int] | None = None  # (min, max) suffix lengths prompt lookup matched
+    fixed_gate: float | None = None  # the confidence gate the user fixed (the pass ran under it); None: free
 
     @property
     def name(self) -> str:
@@ -131,27 +169,35 @@ class Calibration:
         ngrams = f"({self.lookup_ngrams[0]}-{self.lookup_ngrams[1]})" if self.lookup_ngrams else ""
         return f"{self.drafter}{ngrams}/w{self.width}"
 
-    def expected_tokens(self, budget: int, depth: int) -> float:
+    @property
+    def gates(self) -> tuple[float, ...]:
+        """The confidence gates worth replaying: GATES where the rounds measured draft probabilities."""
+        if self.fixed_gate is not None:
+            return (self.fixed_gate,)
+        measured = any(g < 0 for r in self.rounds for g in r.order_gates)
+        return GATES if measured else (0.0,)
+
+    def expected_tokens(self, budget: int, depth: int, gate: float = 0.0) -> float:
         if not self.rounds:
             return 1.0
-        return 1.0 + sum(r.accepted(budget, depth) for r in self.rounds) / len(self.rounds)
+        return 1.0 + sum(r.accepted(budget, depth, gate) for r in self.rounds) / len(self.rounds)
 
-    def draft_and_host_ms(self, depth: int) -> float:
-        """Mean draft + pruning time of the first `depth` levels, plus the other host work."""
+    def draft_and_host_ms(self, depth: int, gate: float = 0.0) -> float:
+        """Mean draft + pruning time of the levels drafted (`depth`, fewer under a gate), plus the other host work."""
         if not self.rounds:
             return 0.0
         total = 0.0
         for r in self.rounds:
-            levels = min(depth, len(r.draft_ms))
+            levels = r.draft_levels(depth, gate)
             total += sum(r.draft_ms[:levels]) + sum(r.prune_ms[:levels]) + r.rest_ms
         return total / len(self.rounds)
 
-    def verify_ms(self, budget: int, depth: int, verify: CostCurve, min_rows: int = 1) -> float:
+    def verify_ms(self, budget: int, depth: int, verify: CostCurve, min_rows: int = 1, gate: float = 0.0) -> float:
         """Mean target verify time of the cut trees, each at the size it would have had (a call never
         has fewer than `min_rows` rows: the exact layout pads a lone root)."""
         if not self.rounds:
             return verify(max(budget, min_rows))
-        return sum(verify(max(r.tree_size(budget, depth), min_rows)) for r in self.rounds) / len(self.rounds)
+        return sum(verify(max(r.tree_size(budget, depth, gate), min_rows)) for r in self.rounds) / len(self.rounds)
 
     def acceptance_profile(self, max_rank: int = 8) -> dict[int, list[float]]:
         """profile[d][k]: P(the k-th ranked child at depth d is accepted | its parent was accepted).
@@ -199,15 +245,17 @@ def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step
         sizes = sorted({b for b in (budgets or range(2, calibration.max_budget + 1))
                         if 2 <= b <= calibration.max_budget})
         for depth in range(1, calibration.max_depth + 1):
-            fixed = calibration.draft_and_host_ms(depth)
-            for budget in sizes:
-                tokens = calibration.expected_tokens(budget, depth)
-                round_ms = fixed + calibration.verify_ms(budget, depth, verify, min_rows)
-                speedup = tokens * plain_step_ms / round_ms
-                choices.append(PlanChoice(calibration.drafter, budget, depth, calibration.width,
-                                          round(tokens, 4), round(round_ms, 4), round(speedup, 4),
-                                          list(calibration.lookup_ngrams) if calibration.lookup_ngrams else None))
-    choices.sort(key=lambda c: (-c.predicted_speedup, c.budget, c.depth))
+            for gate in calibration.gates:
+                fixed = calibration.draft_and_host_ms(depth, gate)
+                for budget in sizes:
+                    tokens = calibration.expected_tokens(budget, depth, gate)
+                    round_ms = fixed + calibration.verify_ms(budget, depth, verify, min_rows, gate)
+                    speedup = tokens * plain_step_ms / round_ms
+                    choices.append(PlanChoice(calibration.drafter, budget, depth, calibration.width,
+                                              round(tokens, 4), round(round_ms, 4), round(speedup, 4),
+                                              list(calibration.lookup_ngrams) if calibration.lookup_ngrams else None,
+                                              draft_min_prob=gate))
+    choices.sort(key=lambda c: (-c.predicted_speedup, c.budget, c.depth, c.draft_min_prob))
     plain = plain_choice(plain_step_ms)
     best = choices[0] if choices and choices[0].predicted_speedup >= min_gain else plain
     # the report shows the best few, and the best of every drafter so the runners-up are visible too

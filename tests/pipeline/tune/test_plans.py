@@ -25,3 +25,21 @@ def test_prefill_dilutes_the_predicted_speedup() -> None:
 def test_without_a_decoding_phase_the_plan_stands() -> None:
     assert run_prediction(1.7, [_reply("plain", 5, 5, 1)]) == (1.7, None)
     assert run_prediction(1.7, []) == (1.7, None)
+
+
+def test_a_gate_the_user_gives_is_pinned_and_a_free_one_is_calibrated_without(bundle_factory, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from specdec.pipeline.engine.tune import measure
+    from specdec.pipeline.records.decode import DecodeConfig
+    from specdec.pipeline.settings.decode_options import DecodeOptions
+    from specdec.pipeline.tune.plans import tune_request
+
+    bundle = bundle_factory("llama")
+    free = tune_request(bundle, DecodeOptions(), "local", [[5, 6, 7]])
+    fixed = tune_request(bundle, DecodeOptions(draft_min_prob=0.2), "local", [[5, 6, 7]])
+    assert free is not None and fixed is not None
+    assert "draft_min_prob" not in free.pinned and "draft_min_prob" in fixed.pinned
+    seen = []
+    monkeypatch.setattr(measure, "tune", lambda engine, prompts, config, *args, **kwargs: seen.append(config))
+    measure.run_request(None, free, DecodeConfig(draft_min_prob=0.3))  # type: ignore[arg-type]
+    measure.run_request(None, fixed, DecodeConfig(draft_min_prob=0.2))  # type: ignore[arg-type]
+    assert [c.draft_min_prob for c in seen] == [0.0, 0.2]  # an earlier plan's gate does not bias calibration

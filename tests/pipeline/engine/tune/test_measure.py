@@ -210,3 +210,32 @@ def test_measure_costs_times_a_real_bundle(bundle_factory) -> None:  # type: ign
     plain_ms, curve = measure.measure_costs(engine, prompts, list(prompts[0]) * 2, DecodeConfig(max_new_tokens=6),
                                            [1, 3], repeats=3)
     assert plain_ms > 0 and [n for n, _ in curve.points] == [1, 3] and all(ms > 0 for _, ms in curve.points)
+
+
+def test_apply_choice_sets_the_gate_unless_pinned() -> None:
+    choice = PlanChoice("model", budget=5, depth=4, width=1, expected_tokens=1.5, round_ms=1.0, predicted_speedup=1.2,
+                        draft_min_prob=0.3)
+    assert apply_choice(DecodeConfig(), choice).draft_min_prob == 0.3
+    assert apply_choice(DecodeConfig(draft_min_prob=0.1), choice, frozenset({"draft_min_prob"})).draft_min_prob == 0.1
+    assert apply_choice(DecodeConfig(draft_min_prob=0.1), dataclasses.replace(choice, draft_min_prob=0.0)
+                        ).draft_min_prob == 0.0  # a plan without a gate turns an earlier plan's off
+
+
+def test_calibration_measures_draft_probabilities_and_the_plan_replays_gates(bundle_factory) -> None:  # type: ignore[no-untyped-def]
+    """Model calibrations run under a recording gate (they drop nothing a plan would keep) and record every
+    node's probability, so the planner weighs gates; a gate the user fixed is the only one replayed."""
+    from specdec.pipeline.engine.tune.planner import GATES
+
+    engine = Engine(bundle_factory("llama", head_scale=30.0).path)
+    spec = CalibrationSpec(DrafterKind.model, 1)
+    assert spec.config(DecodeConfig(), 8).draft_min_prob == measure.RECORDING_GATE < min(g for g in GATES if g > 0)
+    assert CalibrationSpec(DrafterKind.lookup, 1).config(DecodeConfig(), 8).draft_min_prob == 0
+    settings = dataclasses.replace(SMALL, widths=(1,), confirm_repeats=0)
+    result = tune(engine, _prompts(engine.vocab), DecodeConfig(), settings)
+    calibration = result.calibrations[0]
+    assert calibration.gates == GATES
+    assert any(g < 0 for r in calibration.rounds for g in r.order_gates)
+    gated = {c.draft_min_prob for c in result.plan.candidates}
+    assert gated <= set(GATES)
+    fixed = tune(engine, _prompts(engine.vocab), DecodeConfig(draft_min_prob=0.2), settings)
+    assert fixed.calibrations[0].gates == (0.2,) and fixed.plan.choice.draft_min_prob in (0.0, 0.2)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 
 import pytest
 
@@ -103,3 +105,39 @@ def test_rounds_that_proposed_less_cost_a_smaller_verify() -> None:
     # 1 + 3/4 tokens per round for 0.05 + 11.5 ms: 1.52x, where charging every round c(4) would say 1.09x
     assert plan.choice.drafter == "lookup" and plan.choice.lookup_ngrams == [1, 3]
     assert plan.choice.predicted_speedup == pytest.approx(1.75 * 10.0 / 11.55, abs=1e-3)
+
+
+def gated_chain(probabilities: tuple[float, ...], accepted_depth: int) -> CalibrationRound:
+    """A chain whose node d has path probability `probabilities[d - 1]` under the draft."""
+    depth = len(probabilities)
+    return CalibrationRound(order_depths=tuple(range(1, depth + 1)), path_positions=tuple(range(accepted_depth)),
+                            path_ranks=(0,) * accepted_depth, draft_ms=(1.0,) * depth, prune_ms=(0.0,) * depth,
+                            rest_ms=0.5, order_parents=tuple(range(-1, depth - 1)),
+                            order_gates=tuple(math.log(p) for p in probabilities))
+
+
+def test_a_confidence_gate_replays_the_nodes_it_keeps() -> None:
+    r = gated_chain((0.9, 0.5, 0.2, 0.05), accepted_depth=3)
+    assert r.accepted(budget=8, depth=8) == 3 and r.tree_size(8, 8) == 5 and r.draft_levels(8) == 4
+    assert r.accepted(8, 8, gate=0.3) == 2 and r.tree_size(8, 8, gate=0.3) == 3
+    assert r.draft_levels(8, gate=0.3) == 3  # the root's call and the calls of the two kept nodes
+    assert r.draft_levels(2, gate=0.3) == 2 and r.tree_size(2, 8, gate=0.3) == 2  # the depth and budget still cut
+    assert r.tree_size(8, 8, gate=0.95) == 1 and r.draft_levels(8, gate=0.95) == 1  # the root decodes alone
+    # a node whose parent the gate dropped goes with it, whatever its own value (a lookup node under it)
+    lookup_below = dataclasses.replace(r, order_gates=(math.log(0.9), math.log(0.1), 0.0, 0.0))
+    assert lookup_below.tree_size(8, 8, gate=0.3) == 2
+
+
+def test_the_planner_picks_a_gate_where_doubtful_nodes_cost_more_than_they_bring() -> None:
+    confident = gated_chain((0.95, 0.9, 0.85, 0.8), accepted_depth=4)
+    doubtful = gated_chain((0.15, 0.05, 0.02, 0.01), accepted_depth=0)
+    calibration = Calibration("model", 1, 5, 4, (confident, doubtful) * 4)
+    assert calibration.gates[0] == 0.0 and len(calibration.gates) > 1
+    verify = CostCurve(((1, 10.0), (5, 18.0)))
+    plan = plan_tree([calibration], verify, plain_step_ms=10.0)
+    assert plan.choice.draft_min_prob >= 0.2 and plan.choice.budget == 5 and plan.choice.depth == 4
+    ungated = plan_tree([dataclasses.replace(calibration, fixed_gate=0.0)], verify, plain_step_ms=10.0)
+    assert ungated.choice.draft_min_prob == 0 and plan.choice.predicted_speedup > ungated.choice.predicted_speedup
+    # rounds that measured no probabilities offer no gate, and a fixed one is the only one replayed
+    assert Calibration("lookup", 1, 5, 4, (chain_round((1, 2, 3, 4), 2),)).gates == (0.0,)
+    assert dataclasses.replace(calibration, fixed_gate=0.1).gates == (0.1,)
