@@ -147,6 +147,7 @@ def plan_table(plan: DevicePlan) -> Table:
     for index, c in enumerate([plan.choice, *shown]):
         style = "bold green" if index == 0 else None
         drafter = f"{c.drafter} {c.lookup_ngrams[0]}-{c.lookup_ngrams[1]}" if c.lookup_ngrams else c.drafter
+        drafter += f", gate {c.draft_min_prob:g}" if c.draft_min_prob else ""
         table.add_row(drafter, str(c.budget), str(c.depth), str(c.width), f"{c.expected_tokens:.2f}",
                       f"{c.round_ms:.2f}", f"{c.predicted_speedup:.2f}×", style=style)
     return table

@@ -111,7 +111,8 @@ def summary_markdown(results: BenchResults) -> str:
     plan = results.plan
     if plan is not None:
         c = plan.choice
-        tree = (f"{c.budget} nodes, depth {c.depth}, width {c.width}, drafter {c.drafter}" if c.speculative
+        tree = (f"{c.budget} nodes, depth {c.depth}, width {c.width}, drafter {c.drafter}"
+                + (f", confidence gate {c.draft_min_prob:g}" if c.draft_min_prob else "") if c.speculative
                 else "plain decoding")
         decode = (f" (decoding alone: predicted {_fmt(plan.decode_predicted_speedup)}×, measured "
                   f"{_fmt(plan.decode_measured_speedup)}×; prefill is not sped up)"

@@ -90,6 +90,8 @@ class ResolvedSettings:
             keys = ("speculative",)
         if self.config.exact_layout:
             keys = ("exact_layout", *keys)
+        if not self.config.draft_min_prob:  # the gate is named only where it is on
+            keys = tuple(key for key in keys if key != "draft_min_prob")
 
         def text(value: Any) -> str:
             return f"{value:g}" if isinstance(value, float) else str(getattr(value, "value", value))

@@ -103,7 +103,7 @@ class CalibrationRound:
     def passes(self, gate: float) -> set[int] | None:
         """Best-first positions of the nodes a confidence gate keeps (themselves and their ancestors at
         or above it); None when nothing is cut (gate 0, or the round measured no probabilities)."""
-        if gate <= 0 or len(self.order_gates) != len(self.order_depths):
+        if gate <= 0 or not len(self.order_gates) == len(self.order_parents) == len(self.order_depths):
             return None
         floor = math.log(gate)
         kept: set[int] = set()

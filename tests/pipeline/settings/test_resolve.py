@@ -126,3 +126,9 @@ def test_the_fallback_judges_by_the_plan_only_in_the_plans_own_rounds() -> None:
     overridden = resolve_decode({"depth": 2}, profile=profile, plan=plan)  # not the plan's tree any more
     assert overridden.plan_plain_step_ms is None
     assert resolve_decode({}, profile=profile).plan_plain_step_ms is None
+
+
+def test_the_confidence_gate_is_named_only_where_it_is_on() -> None:
+    assert "draft_min_prob" not in resolve_decode({}, profile=load_device("local-cpu")).describe()
+    gated = resolve_decode({"draft_min_prob": 0.3}, profile=load_device("local-cpu"))
+    assert gated.config.draft_min_prob == 0.3 and "draft_min_prob 0.3 (options)" in gated.describe()
