@@ -112,17 +112,21 @@ class CalibrationRound:
                 kept.add(position)
         return kept
 
-    def kept(self, budget: int, depth: int, gate: float = 0.0) -> set[int]:
-        """Best-first positions of the nodes a tree cut to `budget` nodes (root included), `depth` levels
-        and the confidence gate `gate` keeps."""
+    def cut(self, depth: int, gate: float = 0.0) -> Cut:
+        """The tree cut to `depth` levels and the confidence gate, before any budget: a budget of n
+        keeps the first n - 1 of its nodes in best-first order, so one cut serves every budget."""
         allowed = self.passes(gate)
-        kept: set[int] = set()
-        for position, node_depth in enumerate(self.order_depths):
-            if len(kept) >= budget - 1:
+        order = [position for position, node_depth in enumerate(self.order_depths)
+                 if node_depth <= depth and (allowed is None or position in allowed)]
+        rank = {position: index for index, position in enumerate(order)}
+        # the leading accepted nodes' ranks, each the largest so far: the path is accepted up to
+        # the first node a budget left out
+        path: list[int] = []
+        for position in self.path_positions:
+            if position not in rank:
                 break
-            if node_depth <= depth and (allowed is None or position in allowed):
-                kept.add(position)
-        return kept
+            path.append(max(rank[position], path[-1] if path else 0))
+        return Cut(len(order), tuple(path))
 
     def draft_levels(self, depth: int, gate: float = 0.0) -> int:
         """Draft forwards the round would have run: `depth` levels, fewer where the gate left no node
@@ -136,18 +140,26 @@ class CalibrationRound:
 
     def accepted(self, budget: int, depth: int, gate: float = 0.0) -> int:
         """Drafts accepted had the tree been cut to `budget` nodes (root included), `depth` levels and `gate`."""
-        kept = self.kept(budget, depth, gate)
-        accepted = 0
-        for position in self.path_positions:
-            if position not in kept:
-                break
-            accepted += 1
-        return accepted
+        return self.cut(depth, gate).accepted(budget)
 
     def tree_size(self, budget: int, depth: int, gate: float = 0.0) -> int:
         """Nodes that tree would have verified: fewer than `budget` when the drafter proposed fewer
         (the draft model's early stop, prompt lookup without a match, the gate)."""
-        return 1 + len(self.kept(budget, depth, gate))
+        return self.cut(depth, gate).tree_size(budget)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A calibration round cut to a depth and a gate (CalibrationRound.cut), for any budget."""
+
+    nodes: int  # nodes kept with no budget cut, root excluded
+    path_ranks: tuple[int, ...]  # best-first rank of each leading accepted node among them (running maximum)
+
+    def accepted(self, budget: int) -> int:
+        return sum(1 for rank in self.path_ranks if rank < budget - 1)
+
+    def tree_size(self, budget: int) -> int:
+        return 1 + min(self.nodes, max(budget - 1, 0))
 
 
 @dataclass(frozen=True)
@@ -182,6 +194,17 @@ class Calibration:
             return 1.0
         return 1.0 + sum(r.accepted(budget, depth, gate) for r in self.rounds) / len(self.rounds)
 
+    def cut_costs(self, depth: int, gate: float, budgets: Sequence[int], verify: CostCurve, min_rows: int = 1
+                  ) -> list[tuple[float, float]]:
+        """(expected tokens a round, mean target verify ms) of the trees cut to `depth`, `gate` and each
+        of `budgets`: each round is cut once for all budgets (tune weighs every budget, depth and gate)."""
+        if not self.rounds:
+            return [(1.0, verify(max(budget, min_rows))) for budget in budgets]
+        cuts = [r.cut(depth, gate) for r in self.rounds]
+        count = len(cuts)
+        return [(1.0 + sum(c.accepted(budget) for c in cuts) / count,
+                 sum(verify(max(c.tree_size(budget), min_rows)) for c in cuts) / count) for budget in budgets]
+
     def draft_and_host_ms(self, depth: int, gate: float = 0.0) -> float:
         """Mean draft + pruning time of the levels drafted (`depth`, fewer under a gate), plus the other host work."""
         if not self.rounds:
@@ -195,9 +218,7 @@ class Calibration:
     def verify_ms(self, budget: int, depth: int, verify: CostCurve, min_rows: int = 1, gate: float = 0.0) -> float:
         """Mean target verify time of the cut trees, each at the size it would have had (a call never
         has fewer than `min_rows` rows: the exact layout pads a lone root)."""
-        if not self.rounds:
-            return verify(max(budget, min_rows))
-        return sum(verify(max(r.tree_size(budget, depth, gate), min_rows)) for r in self.rounds) / len(self.rounds)
+        return self.cut_costs(depth, gate, (budget,), verify, min_rows)[0][1]
 
     def acceptance_profile(self, max_rank: int = 8) -> dict[int, list[float]]:
         """profile[d][k]: P(the k-th ranked child at depth d is accepted | its parent was accepted).
@@ -247,9 +268,9 @@ def plan_tree(calibrations: Sequence[Calibration], verify: CostCurve, plain_step
         for depth in range(1, calibration.max_depth + 1):
             for gate in calibration.gates:
                 fixed = calibration.draft_and_host_ms(depth, gate)
-                for budget in sizes:
-                    tokens = calibration.expected_tokens(budget, depth, gate)
-                    round_ms = fixed + calibration.verify_ms(budget, depth, verify, min_rows, gate)
+                for budget, (tokens, verify_ms) in zip(sizes, calibration.cut_costs(depth, gate, sizes, verify,
+                                                                                    min_rows), strict=True):
+                    round_ms = fixed + verify_ms
                     speedup = tokens * plain_step_ms / round_ms
                     choices.append(PlanChoice(calibration.drafter, budget, depth, calibration.width,
                                               round(tokens, 4), round(round_ms, 4), round(speedup, 4),
