@@ -6,7 +6,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specdec.pipeline.bundle.store import MANIFEST_NAME, Bundle
+from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.export import ExportConfig, export_bundle
+from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+from specdec.pipeline.records.decode import DecodeConfig
+from specdec.pipeline.settings.decode_options import DecodeOptions
+from specdec.pipeline.settings.profiles import load_device
 
 CACHE = Path(__file__).resolve().parent / "results" / "cache"
 
@@ -16,6 +21,15 @@ def cached(path: Path, build: Callable[[], Bundle]) -> Bundle:
     if (path / MANIFEST_NAME).is_file():
         return Bundle.load(path)
     return build()
+
+
+def planned_engine(path: Path, threads: int, max_new_tokens: int) -> tuple[Engine, DecodeConfig]:
+    """The bundle's engine and the decode settings `specdec generate` resolves on this machine (the
+    bundle's plan for it, its requirements): where the scripts that time decoding start."""
+    bundle = Bundle.load(path)
+    engine = Generator(bundle, threads=threads).engine
+    request = GenerateConfig(threads=threads, decode=DecodeOptions(max_new_tokens=max_new_tokens))
+    return engine, generate_settings(request, bundle, load_device("local-cpu"), None).config
 
 
 def demo_bundle() -> Bundle:

@@ -22,13 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specdec.pipeline.bundle.store import Bundle
-from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
+from common import planned_engine
+
 from specdec.pipeline.inputs.prompts import default_chat_requests, load_prompts, prompt_tokens
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import DecodeConfig, DrafterKind
-from specdec.pipeline.settings.decode_options import DecodeOptions
-from specdec.pipeline.settings.profiles import load_device
 
 
 def configurations(base: DecodeConfig, gate: float, depth: int) -> list[tuple[str, DecodeConfig]]:
@@ -55,10 +53,7 @@ def main() -> None:
     parser.add_argument("--first", type=int, default=8, help="index of the first prompt used")
     parser.add_argument("--count", type=int, default=8)
     args = parser.parse_args()
-    bundle = Bundle.load(args.bundle)
-    engine = Generator(bundle, threads=args.threads).engine
-    base = generate_settings(GenerateConfig(threads=args.threads, decode=DecodeOptions(max_new_tokens=args.tokens)),
-                             bundle, load_device("local-cpu"), None).config
+    engine, base = planned_engine(args.bundle, args.threads, args.tokens)
     source = args.prompts_file or default_chat_requests()
     if source is None:
         parser.error("no prompts file: pass --prompts-file")

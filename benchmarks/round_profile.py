@@ -18,16 +18,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from common import planned_engine
 from common import prompts as prompt_texts
 
-from specdec.pipeline.bundle.store import Bundle
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.stats import STAGES
-from specdec.pipeline.generate.stage import GenerateConfig, Generator, generate_settings
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.records.decode import DecodeConfig
-from specdec.pipeline.settings.decode_options import DecodeOptions
-from specdec.pipeline.settings.profiles import load_device
 
 
 def profile(engine: Engine, prompts: list[list[int]], config: DecodeConfig, label: str) -> None:
@@ -61,12 +58,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args()
-    bundle = Bundle.load(args.bundle)
-    engine = Generator(bundle, threads=args.threads).engine
+    engine, speculative = planned_engine(args.bundle, args.threads, args.tokens)
     engine.eos = set()  # exactly --tokens per reply, as peers.py
-    settings = generate_settings(GenerateConfig(threads=args.threads, decode=DecodeOptions(max_new_tokens=args.tokens)),
-                                 bundle, load_device("local-cpu"), None)
-    speculative = settings.config
     plain = dataclasses.replace(speculative, speculative=False)
     print(f"plan: speculative {speculative.speculative}, drafter {speculative.drafter.value}, "
           f"budget {speculative.tree_budget}, depth {speculative.depth}, width {speculative.width}, "
