@@ -114,7 +114,7 @@ def continue_rows(model: Any, prefix: torch.Tensor, length: int, generator: torc
 
 @torch.no_grad()
 def continue_rows_tops(model: Any, prefix: torch.Tensor, length: int, generator: torch.Generator | None,
-                         batch: int = 64, keep: bool = True) -> tuple[torch.Tensor, TeacherTops | None]:
+                      batch: int = 64, keep: bool = True) -> tuple[torch.Tensor, TeacherTops | None]:
     """`continue_rows`, and with `keep` the target's top log-probabilities over each row but its last
     token: what a teacher-forced pass over the row computes, here at no extra cost."""
     rows: list[torch.Tensor] = []
@@ -174,10 +174,10 @@ def build_corpus(model: Any, *, samples: int, seq: int, seed: int, start_token: 
             count = max(1, count)
             if windows is not None:
                 sampled, seen = continue_rows_tops(model, windows[begin:begin + count, :half], seq + 1 - half,
-                                                     generator)
+                                                   generator)
             else:
                 sampled, seen = continue_rows_tops(model, torch.full((count, 1), start_token, dtype=torch.long),
-                                                     seq, generator)
+                                                   seq, generator)
             greedy, seen_greedy = continue_rows_tops(model, sampled[:, :half], seq + 1 - half, None)
             sampled_parts.append(sampled)
             greedy_parts.append(greedy)

@@ -238,7 +238,10 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
 def eval_prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: int) -> list[list[int]]:
     """Each evaluation prompt as the target reads it: `input_ids` as given, `messages` through its chat
     template, `text` as one user message when it has a template (plain text otherwise); the last
-    `max_prompt` tokens, as the training prompts are cut."""
+    `max_prompt` tokens, as the training prompts are cut. Not inputs.prompts.prompt_tokens: that reads a
+    bundle's tokenizer files, and the target here may be a GGUF file whose tokenizer exists only as
+    transformers loaded it; going through feature_data's encoders also renders them as the training
+    prompts were."""
     has_template = bool(getattr(tokenizer, "chat_template", None))
     prompts = []
     for item in items:
