@@ -298,11 +298,12 @@ def measured_speedup(engine: Engine, prompts: Sequence[list[int]], base: DecodeC
     return (tokens / ns) / (plain_tokens / plain_ns)
 
 
-def rival(candidates: Sequence[PlanChoice], choice: PlanChoice) -> PlanChoice | None:
+def rival(candidates: Sequence[PlanChoice], choice: PlanChoice,
+          measured: Sequence[PlanChoice] = ()) -> PlanChoice | None:
     """The best-predicted speculative candidate of another drafter predicted within RIVAL_SHARE of
-    `choice`, or None: the one worth measuring against it."""
+    `choice` and not already `measured`, or None: the one worth measuring against it."""
     for candidate in candidates:
-        if (candidate.speculative and candidate.drafter != choice.drafter
+        if (candidate.speculative and candidate.drafter != choice.drafter and candidate not in measured
                 and candidate.predicted_speedup >= RIVAL_SHARE * choice.predicted_speedup):
             return candidate
     return None
@@ -314,13 +315,13 @@ def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, pl
     or the rival drafter's best when that measures faster still; plain decoding when none of
     `settings.confirm_tries` does. Returns the plan kept and its measurement."""
     tried = [plan.choice] + [c for c in plan.candidates if c.speculative and c != plan.choice]
-    for choice in tried[: settings.confirm_tries]:
+    for index, choice in enumerate(tried[: settings.confirm_tries]):
         speedup = measured_speedup(engine, prompts, base, choice, settings.confirm_repeats)
         label = _label(choice)
         if speedup >= MIN_CONFIRMED:
             if choice is not plan.choice:
                 notes.append(f"kept {label}: it measured {speedup:.2f}x plain decoding")
-            other = rival(plan.candidates, choice)
+            other = rival(plan.candidates, choice, measured=tried[:index])  # those measured slower than plain
             if other is not None:
                 other_speedup = measured_speedup(engine, prompts, base, other, settings.confirm_repeats)
                 if other_speedup > speedup:
@@ -338,7 +339,8 @@ def confirm(engine: Engine, prompts: Sequence[list[int]], base: DecodeConfig, pl
 
 
 def _label(choice: PlanChoice) -> str:
-    return f"{choice.drafter} {choice.budget}/{choice.depth}/{choice.width}"
+    gate = f", gate {choice.draft_min_prob:g}" if choice.draft_min_prob else ""
+    return f"{choice.drafter} {choice.budget}/{choice.depth}/{choice.width}{gate}"
 
 
 def apply_choice(config: DecodeConfig, choice: PlanChoice, pinned: frozenset[str] = frozenset()) -> DecodeConfig:

@@ -210,6 +210,25 @@ def test_a_rival_predicted_far_behind_is_not_measured(monkeypatch) -> None:  # t
     assert tried == ["model+lookup"] and plan.choice.drafter == "model+lookup"  # 1.1 < 0.9 x 1.25
 
 
+def test_a_rival_already_measured_slower_than_plain_is_not_measured_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    lookup = PlanChoice("lookup", budget=4, depth=3, width=1, expected_tokens=1.8, round_ms=1.0, predicted_speedup=1.3)
+    mixed = PlanChoice("model+lookup", budget=3, depth=1, width=2, expected_tokens=2.0, round_ms=1.0,
+                       predicted_speedup=1.25, draft_min_prob=0.2)
+    measured = {"lookup": 0.9, "model+lookup": 1.1}
+    tried: list[str] = []
+
+    def rate(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
+        tried.append(choice.drafter)
+        return measured[choice.drafter]
+
+    monkeypatch.setattr(measure, "measured_speedup", rate)
+    notes: list[str] = []
+    plan, speedup = confirm(None, [], DecodeConfig(), TreePlan(lookup, 1.0, [lookup, mixed]), TuneSettings(),  # type: ignore[arg-type]
+                            notes)
+    assert tried == ["lookup", "model+lookup"] and plan.choice is mixed and speedup == 1.1
+    assert notes[-1] == "kept model+lookup 3/1/2, gate 0.2: it measured 1.10x plain decoding"
+
+
 def test_measured_speedup_decodes_both_ways(bundle_factory) -> None:  # type: ignore[no-untyped-def]
     engine = Engine(bundle_factory("llama").path)
     choice = PlanChoice("model", budget=4, depth=3, width=1, expected_tokens=2.0, round_ms=1.0, predicted_speedup=1.5)
