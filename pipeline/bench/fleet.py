@@ -23,6 +23,7 @@ import json
 import logging
 import signal
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -178,7 +179,8 @@ def run_fleet(bench: BenchConfig, fleet: FleetConfig, bundle: Bundle, on_event: 
 
 def _run_all(fleet: FleetConfig, configs: dict[str, BenchConfig], bundle: Bundle, group: SessionGroup,
              baseline: FleetBaseline | None, on_event: FleetEventSink | None) -> list[_Done]:
-    with _signals_as_interrupt(), ThreadPoolExecutor(fleet.workers, thread_name_prefix="specdec-fleet") as pool:
+    with _signals_as_interrupt() as swallowed, ThreadPoolExecutor(fleet.workers,
+                                                                  thread_name_prefix="specdec-fleet") as pool:
         futures: list[Future[_Done]] = [
             pool.submit(_bench_one, entry, configs[entry.name], bundle, group,
                         baseline.of(entry.name) if baseline else None, on_event)
@@ -187,6 +189,8 @@ def _run_all(fleet: FleetConfig, configs: dict[str, BenchConfig], bundle: Bundle
             pending = set(futures)
             while pending:  # in slices: a signal reaches a thread blocked on a lock only between them
                 _, pending = wait(pending, timeout=0.5)
+                if swallowed:
+                    raise swallowed[0]
         except KeyboardInterrupt:
             group.stop.set()
             for future in futures:
@@ -227,19 +231,35 @@ def _bench_one(entry: FleetEntry, config: BenchConfig, bundle: Bundle, group: Se
 
 
 @contextlib.contextmanager
-def _signals_as_interrupt() -> Iterator[None]:
-    """SIGTERM (a cancelled CI job) and SIGHUP (a closed terminal) stop the fleet as Ctrl-C does."""
+def _signals_as_interrupt() -> Iterator[list[KeyboardInterrupt]]:
+    """SIGTERM (a cancelled CI job) and SIGHUP (a closed terminal) stop the fleet as Ctrl-C does.
+
+    A Ctrl-C that lands while the main thread runs a finaliser (`__del__`, a weakref callback: the
+    sessions' threads leave garbage the main thread collects) is "ignored" there by Python and would
+    let the fleet run to its end; those are collected instead (the yielded list) for the wait loop
+    to raise (cli/console.py does the same for a whole command)."""
+    swallowed: list[KeyboardInterrupt] = []
     if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread can take signals; there the caller's handlers stay in charge
+        yield swallowed  # only the main thread can take signals; there the caller's handlers stay in charge
         return
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
+    previous_hook = sys.unraisablehook
+
+    def unraisable(hook_args: Any) -> None:
+        if isinstance(hook_args.exc_value, KeyboardInterrupt):
+            swallowed.append(hook_args.exc_value)
+        else:
+            previous_hook(hook_args)
+
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    sys.unraisablehook = unraisable
     try:
-        yield
+        yield swallowed
     finally:
+        sys.unraisablehook = previous_hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

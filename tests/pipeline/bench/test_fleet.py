@@ -12,10 +12,12 @@ import contextlib
 import dataclasses
 import json
 import logging
+import signal
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -196,8 +198,20 @@ def test_unusable_device_and_failed_gate(adb_environ: AdbServer, make_standin: A
     assert again.results.summary.exit_code == 0 and not again.results.warnings, failed
 
 
+@contextlib.contextmanager
+def _python_takes_sigint() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt in the main thread, whatever an earlier test in this worker left
+    installed (`_thread.interrupt_main` does nothing while SIGINT is ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("how", ["signal", "swallowed by a finaliser"])
 def test_ctrl_c_stops_and_cleans_every_device(adb_environ: AdbServer, make_standin: Any, bench_bundle,  # type: ignore[no-untyped-def]
-                                              prompts_file: Path, tmp_path: Path) -> None:
+                                              prompts_file: Path, tmp_path: Path, how: str) -> None:
     devices = [make_standin(python=sys.executable, thermal_zones=COOL) for _ in range(2)]
     before = [_tree(dev) for dev in devices]
     bench = BenchConfig(output=tmp_path / "out", device=Transport.adb, prompts=prompts_file, limit=2,
@@ -211,13 +225,18 @@ def test_ctrl_c_stops_and_cleans_every_device(adb_environ: AdbServer, make_stand
             replies.append(label)
             if not interrupted:
                 interrupted.append(label)
-                _thread.interrupt_main()  # Ctrl-C: it reaches the main thread only
+                if how == "signal":
+                    _thread.interrupt_main()  # Ctrl-C: it reaches the main thread only
+                else:  # what Python does with a KeyboardInterrupt raised inside a __del__
+                    sys.unraisablehook(SimpleNamespace(exc_type=KeyboardInterrupt, exc_value=KeyboardInterrupt(),
+                                                       exc_traceback=None, err_msg=None, object=None))
 
     try:
-        outcome = run_fleet(bench, fleet, bench_bundle, on_event=on_event)
+        with _python_takes_sigint():
+            outcome = run_fleet(bench, fleet, bench_bundle, on_event=on_event)
     except KeyboardInterrupt:
         pass
-    else:  # say why: a fleet whose devices all failed before a reply is never interrupted
+    else:  # say why
         devices_seen = [(row.label, row.status.value, row.reason) for row in outcome.results.devices]
         pytest.fail(f"not interrupted; {len(replies)} replies; devices: {devices_seen}")
     assert interrupted and len(replies) < 2 * 2 * 2 * 3  # stopped early: not every device's every reply came
