@@ -29,7 +29,7 @@ from rich.progress import Progress as RichProgressBar
 
 from specdec.pipeline.bundle.locks import release_outputs
 from specdec.pipeline.bundle.write_errors import is_write_error, stray_write_error, written_path
-from specdec.pipeline.errors import InputError, Interrupted, SpecdecError
+from specdec.pipeline.errors import InputError, Interrupted, SpecdecError, swallowed_interrupts
 
 out = Console()
 err = Console(stderr=True)
@@ -162,28 +162,18 @@ def _interruptible() -> Iterator[list[KeyboardInterrupt]]:
     A signal that lands while Python runs a finaliser (`__del__`, a weakref callback) is "ignored" there:
     Python prints its traceback and carries on. Those are collected instead (the yielded list) and end
     the command once it returns, with no traceback."""
-    swallowed: list[KeyboardInterrupt] = []
     if threading.current_thread() is not threading.main_thread():  # signal.signal works in the main thread only
-        yield swallowed
+        yield []
         return
 
     def stop(signum: int, frame: object) -> None:
         raise Interrupted(signum)
 
-    previous_hook = sys.unraisablehook
-
-    def unraisable(hook_args: Any) -> None:
-        if isinstance(hook_args.exc_value, KeyboardInterrupt):
-            swallowed.append(hook_args.exc_value)
-        else:
-            previous_hook(hook_args)
-
     saved = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
-    sys.unraisablehook = unraisable
     try:
-        yield swallowed
+        with swallowed_interrupts() as swallowed:
+            yield swallowed
     finally:
-        sys.unraisablehook = previous_hook
         for sig, handler in saved.items():
             signal.signal(sig, handler)
 

@@ -11,9 +11,12 @@ be at least 1`, what a pipeline YAML says) everywhere except in the CLI's error 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import re
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 _MARK = "\x1f"  # ASCII unit separator: never typed by a user, invisible if it ever leaked
 _SETTING = re.compile(f"{_MARK}([A-Za-z0-9_.]+){_MARK}")
@@ -42,6 +45,27 @@ class Interrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+@contextlib.contextmanager
+def swallowed_interrupts() -> Iterator[list[KeyboardInterrupt]]:
+    """Collect, in the yielded list, the KeyboardInterrupts Python swallows: a signal that lands while
+    the main thread runs a finaliser (`__del__`, a weakref callback) is "ignored" there (Python prints
+    its traceback and carries on). Other unraisable exceptions go to the hook that was in place."""
+    swallowed: list[KeyboardInterrupt] = []
+    previous_hook = sys.unraisablehook
+
+    def unraisable(hook_args: Any) -> None:
+        if isinstance(hook_args.exc_value, KeyboardInterrupt):
+            swallowed.append(hook_args.exc_value)
+        else:
+            previous_hook(hook_args)
+
+    sys.unraisablehook = unraisable
+    try:
+        yield swallowed
+    finally:
+        sys.unraisablehook = previous_hook
 
 
 class SpecdecError(Exception):

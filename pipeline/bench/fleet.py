@@ -23,7 +23,6 @@ import json
 import logging
 import signal
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,7 +38,15 @@ from specdec.pipeline.bench.fleet_report import write_fleet
 from specdec.pipeline.bench.outputs import bundle_ref
 from specdec.pipeline.bench.stage import BenchConfig, BenchOutcome, run_bench
 from specdec.pipeline.bundle.store import Bundle, StagedDirectory
-from specdec.pipeline.errors import FLEET_EXIT_BASE, DeviceLostError, FleetFailure, InputError, SpecdecError, setting
+from specdec.pipeline.errors import (
+    FLEET_EXIT_BASE,
+    DeviceLostError,
+    FleetFailure,
+    InputError,
+    SpecdecError,
+    setting,
+    swallowed_interrupts,
+)
 from specdec.pipeline.inputs.prompts import load_bench_prompts
 from specdec.pipeline.inputs.text import TextCodec
 from specdec.pipeline.ondevice.session import SessionGroup
@@ -234,32 +241,21 @@ def _bench_one(entry: FleetEntry, config: BenchConfig, bundle: Bundle, group: Se
 def _signals_as_interrupt() -> Iterator[list[KeyboardInterrupt]]:
     """SIGTERM (a cancelled CI job) and SIGHUP (a closed terminal) stop the fleet as Ctrl-C does.
 
-    A Ctrl-C that lands while the main thread runs a finaliser (`__del__`, a weakref callback: the
-    sessions' threads leave garbage the main thread collects) is "ignored" there by Python and would
-    let the fleet run to its end; those are collected instead (the yielded list) for the wait loop
-    to raise (cli/console.py does the same for a whole command)."""
-    swallowed: list[KeyboardInterrupt] = []
+    A Ctrl-C that lands while the main thread runs a finaliser (the sessions' threads leave garbage
+    the main thread collects) is swallowed by Python and would let the fleet run to its end; those
+    are collected instead (the yielded list) for the wait loop to raise."""
     if threading.current_thread() is not threading.main_thread():
-        yield swallowed  # only the main thread can take signals; there the caller's handlers stay in charge
+        yield []  # only the main thread can take signals; there the caller's handlers stay in charge
         return
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous_hook = sys.unraisablehook
-
-    def unraisable(hook_args: Any) -> None:
-        if isinstance(hook_args.exc_value, KeyboardInterrupt):
-            swallowed.append(hook_args.exc_value)
-        else:
-            previous_hook(hook_args)
-
     previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    sys.unraisablehook = unraisable
     try:
-        yield swallowed
+        with swallowed_interrupts() as swallowed:
+            yield swallowed
     finally:
-        sys.unraisablehook = previous_hook
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -170,6 +170,18 @@ def test_plain_decoding_when_no_candidate_measures_faster(monkeypatch) -> None: 
     assert notes[-1].startswith("plain decoding planned")
 
 
+def _measured_by_drafter(monkeypatch, speedups: dict[str, float]) -> list[str]:  # type: ignore[no-untyped-def]
+    """measured_speedup replaced by `speedups[drafter]`; returns the drafters measured, in order."""
+    tried: list[str] = []
+
+    def rate(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
+        tried.append(choice.drafter)
+        return speedups[choice.drafter]
+
+    monkeypatch.setattr(measure, "measured_speedup", rate)
+    return tried
+
+
 def _rivals(lookup_predicted: float) -> TreePlan:
     mixed = PlanChoice("model+lookup", budget=3, depth=1, width=2, expected_tokens=2.0, round_ms=1.0,
                        predicted_speedup=1.25)
@@ -183,14 +195,7 @@ def _rivals(lookup_predicted: float) -> TreePlan:
 @pytest.mark.parametrize(("lookup_measured", "kept"), [(1.3, "lookup"), (1.1, "model+lookup")])
 def test_another_drafter_predicted_close_behind_is_measured_and_the_faster_kept(  # type: ignore[no-untyped-def]
         monkeypatch, lookup_measured: float, kept: str) -> None:
-    measured = {"model+lookup": 1.2, "lookup": lookup_measured}
-    tried: list[str] = []
-
-    def rate(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
-        tried.append(choice.drafter)
-        return measured[choice.drafter]
-
-    monkeypatch.setattr(measure, "measured_speedup", rate)
+    tried = _measured_by_drafter(monkeypatch, {"model+lookup": 1.2, "lookup": lookup_measured})
     notes: list[str] = []
     plan, speedup = confirm(None, [], DecodeConfig(), _rivals(1.2), TuneSettings(), notes)  # type: ignore[arg-type]
     assert tried == ["model+lookup", "lookup"]  # the same drafter's runner-up is no rival
@@ -199,13 +204,7 @@ def test_another_drafter_predicted_close_behind_is_measured_and_the_faster_kept(
 
 
 def test_a_rival_predicted_far_behind_is_not_measured(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    tried: list[str] = []
-
-    def rate(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
-        tried.append(choice.drafter)
-        return 1.2
-
-    monkeypatch.setattr(measure, "measured_speedup", rate)
+    tried = _measured_by_drafter(monkeypatch, {"model+lookup": 1.2, "lookup": 1.2})
     plan, _ = confirm(None, [], DecodeConfig(), _rivals(1.1), TuneSettings(), [])  # type: ignore[arg-type]
     assert tried == ["model+lookup"] and plan.choice.drafter == "model+lookup"  # 1.1 < 0.9 x 1.25
 
@@ -214,14 +213,7 @@ def test_a_rival_already_measured_slower_than_plain_is_not_measured_again(monkey
     lookup = PlanChoice("lookup", budget=4, depth=3, width=1, expected_tokens=1.8, round_ms=1.0, predicted_speedup=1.3)
     mixed = PlanChoice("model+lookup", budget=3, depth=1, width=2, expected_tokens=2.0, round_ms=1.0,
                        predicted_speedup=1.25, draft_min_prob=0.2)
-    measured = {"lookup": 0.9, "model+lookup": 1.1}
-    tried: list[str] = []
-
-    def rate(engine, prompts, base, choice, repeats):  # type: ignore[no-untyped-def]
-        tried.append(choice.drafter)
-        return measured[choice.drafter]
-
-    monkeypatch.setattr(measure, "measured_speedup", rate)
+    tried = _measured_by_drafter(monkeypatch, {"lookup": 0.9, "model+lookup": 1.1})
     notes: list[str] = []
     plan, speedup = confirm(None, [], DecodeConfig(), TreePlan(lookup, 1.0, [lookup, mixed]), TuneSettings(),  # type: ignore[arg-type]
                             notes)
