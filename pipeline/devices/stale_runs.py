@@ -2,10 +2,13 @@
 
 A run's work dir is removed when the run ends, on error and on Ctrl-C (session.py), but not
 when the device went away mid-run: nothing can reach it then. The next run sweeps such dirs:
-those whose jobs all ended (pid files, no live wrapper), and those without any job that are
-older than a day (a push that never got to start its runner). A dir with a live job, or a
-young one without jobs (another host may be pushing into it right now), stays. Runtimes
-(`runtime/`) are not run dirs and are never touched here.
+those whose jobs all ended (pid files, no live wrapper) with nothing in them touched for
+`ENDED_GRACE`, and those without any job that are older than a day (a push that never got to
+start its runner). A dir with a live job stays, and so do a young one without jobs (another
+host may be pushing into it right now) and one whose job has only just ended: its host is
+still reading the results or about to start the next job (two benches sharing a device, as
+two test workers share this machine's, once lost a run that way). Runtimes (`runtime/`) are
+not run dirs and are never touched here.
 """
 
 from __future__ import annotations
@@ -26,16 +29,21 @@ log = logging.getLogger(__name__)
 # session.new_run_id(): UTC timestamp + random suffix
 _RUN_ID = re.compile(r"^(\d{8}-\d{6})-[0-9a-f]+$")
 _NO_JOB_MAX_AGE = _dt.timedelta(days=1)
+ENDED_GRACE = _dt.timedelta(minutes=10)
 
 
 def _state_script(remote_dir: str) -> str:
-    # One line per run dir: NAME LIVE(0/1) JOBS(0/1); `kill -0` on each job's wrapper pid, a zombie
-    # (killed, not yet reaped by an init that may never reap it) counting as ended.
-    return (f"cd {q(remote_dir)} 2>/dev/null || exit 0; for d in [0-9]*-[0-9]*-*; do [ -d \"$d\" ] || continue; "
+    # First line: the device's clock (epoch s), so ages never compare two machines' clocks. Then one
+    # line per run dir: NAME LIVE(0/1) JOBS(0/1) NEWEST, NEWEST the latest mtime of the dir and the
+    # files in it (a job's rc file lands when it ends). `kill -0` on each job's wrapper pid, a
+    # zombie (killed, not yet reaped by an init that may never reap it) counting as ended.
+    return (f"cd {q(remote_dir)} 2>/dev/null || exit 0; date +%s; "
+            "for d in [0-9]*-[0-9]*-*; do [ -d \"$d\" ] || continue; "
             "live=0; jobs=0; for p in \"$d\"/*.pid; do [ -f \"$p\" ] || continue; jobs=1; w=; read -r w t < \"$p\"; "
             "if [ -n \"$w\" ] && kill -0 \"$w\" 2>/dev/null && "
             "[ \"$(cut -d' ' -f3 /proc/$w/stat 2>/dev/null)\" != Z ]; then live=1; fi; done; "
-            "echo \"$d $live $jobs\"; done; true")
+            "newest=$(stat -c %Y \"$d\" \"$d\"/* 2>/dev/null | sort -n | tail -n 1); "
+            "echo \"$d $live $jobs ${newest:-0}\"; done; true")
 
 
 def stale_runs(device: Device, current: str, now: _dt.datetime | None = None) -> list[str]:
@@ -43,14 +51,20 @@ def stale_runs(device: Device, current: str, now: _dt.datetime | None = None) ->
     remote_dir = posixpath.dirname(device.workdir(current))
     now = now or _dt.datetime.now(_dt.UTC)
     stale = []
-    for line in device.run(_state_script(remote_dir), timeout_s=60).stdout.splitlines():
-        name, _, flags = line.partition(" ")
+    lines = device.run(_state_script(remote_dir), timeout_s=60).stdout.splitlines()
+    device_now = int(lines[0]) if lines and lines[0].strip().isdigit() else None
+    for line in lines[1:]:
+        name, *flags = line.split()
         match = _RUN_ID.match(name)
-        if name == current or match is None or flags.split() == ["1", "1"]:
+        if name == current or match is None or len(flags) != 3 or not flags[2].isdigit() or flags[0] == "1":
             continue
-        has_jobs = flags.split()[1:] == ["1"]
+        if flags[1] == "1":
+            quiet_s = None if device_now is None else device_now - int(flags[2])
+            if quiet_s is not None and quiet_s > ENDED_GRACE.total_seconds():
+                stale.append(name)
+            continue
         started = _dt.datetime.strptime(match.group(1), "%Y%m%d-%H%M%S").replace(tzinfo=_dt.UTC)
-        if has_jobs or now - started > _NO_JOB_MAX_AGE:
+        if now - started > _NO_JOB_MAX_AGE:
             stale.append(name)
     return stale
 

@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -339,6 +340,13 @@ class DeviceFs:
             self.set_cpu_freq(i, c.cpu_freq_khz)
 
     # ----------------------------------------------------------- knobs
+    def age(self, device_path: str, seconds: float) -> None:
+        """Back-date a device path and everything under it, as if untouched for `seconds`."""
+        root = self.host_path(device_path)
+        when = time.time() - seconds
+        for path in [*root.rglob("*"), root]:
+            os.utime(path, (when, when), follow_symlinks=False)
+
     def set_prop(self, key: str, value: str) -> None:
         self.props[key] = value
         self._write_props()

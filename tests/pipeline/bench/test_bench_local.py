@@ -108,7 +108,7 @@ def test_cli_gates_pass_and_fail(bench_bundle, prompts_file: Path, tmp_path: Pat
                              "--assert", "mean_accepted_len>=1"])
     assert ok.exit_code == 0, ok.output
     failed = runner.invoke(app, [*base, "--out", str(tmp_path / "bad"), "--assert", "speedup>=1000"])
-    assert failed.exit_code == 10
+    assert failed.exit_code == 10, failed.output
     assert "gate 'speedup>=1000' failed: speedup = " in " ".join(failed.output.split())
     assert (tmp_path / "bad" / "results.json").exists()  # results are written even when a gate fails
     regression = runner.invoke(app, [*base, "--out", str(tmp_path / "reg"), "--baseline",

@@ -24,7 +24,7 @@ from specdec.cli.app import app
 from specdec.pipeline.bench.stage import BenchConfig, run_bench
 from specdec.pipeline.devices.adb import AdbDevice
 from specdec.pipeline.devices.session import new_run_id
-from specdec.pipeline.devices.stale_runs import sweep_stale_runs
+from specdec.pipeline.devices.stale_runs import ENDED_GRACE, sweep_stale_runs
 from specdec.pipeline.errors import DeviceError
 from specdec.pipeline.portable import remote
 from specdec.pipeline.portable.archive import RuntimeArchive
@@ -133,10 +133,15 @@ def test_ctrl_c_and_device_loss_keep_the_runtime(arm_phone: tuple[StandinDevice,
     adb_environ.connect(device)
     assert _intact(device, archive)
     assert len(_run_dirs(device)) == 1  # nothing could reach the device to remove it ...
-    # ... so the next run does, once the orphaned runner (still decoding on the stand-in, which a real
-    # phone's reboot would have killed) has ended: a dir with a live job is never swept
+    # ... so a later run does, once the orphaned runner (still decoding on the stand-in, which a real
+    # phone's reboot would have killed) has ended and its dir has been quiet past the grace: a dir
+    # with a live job is never swept
+    lost_dir = f"{SPECDEC}/{_run_dirs(device)[0]}"
     deadline = time.monotonic() + 180
-    while sweep_stale_runs(AdbDevice(serial=device.serial), new_run_id()) == [] and _run_dirs(device):
+    while True:
+        device.fs.age(lost_dir, ENDED_GRACE.total_seconds() + 60)
+        if sweep_stale_runs(AdbDevice(serial=device.serial), new_run_id()) or not _run_dirs(device):
+            break
         assert time.monotonic() < deadline, "the orphaned runner never ended"
         time.sleep(1)
     assert _run_dirs(device) == []

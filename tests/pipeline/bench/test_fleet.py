@@ -30,7 +30,7 @@ from specdec.pipeline.bench.fleet import FleetConfig, run_fleet
 from specdec.pipeline.bench.stage import BenchConfig
 from specdec.pipeline.devices.adb import AdbDevice
 from specdec.pipeline.devices.session import new_run_id
-from specdec.pipeline.devices.stale_runs import sweep_stale_runs
+from specdec.pipeline.devices.stale_runs import ENDED_GRACE, sweep_stale_runs
 from specdec.pipeline.errors import FLEET_EXIT_BASE, FleetFailure
 from specdec.pipeline.records.codec import from_dict
 from specdec.pipeline.records.fleet import DeviceStatus, read_fleet
@@ -146,7 +146,8 @@ def test_fleet_of_three_one_lost(adb_environ: AdbServer, second_server: AdbServe
         dropping.start()
         adb_environ.adb("disconnect", dropping.serial)
         adb_environ.connect(dropping)
-        sweep_stale_runs(AdbDevice(serial=dropping.serial), new_run_id())  # what its next session does first
+        dropping.fs.age("/data/local/tmp/specdec", ENDED_GRACE.total_seconds() + 60)  # a later session ...
+        sweep_stale_runs(AdbDevice(serial=dropping.serial), new_run_id())  # ... does this first
         assert not _left(dropping)
         log.warning("dropping, back and swept by its next session: %s", _tree(dropping))
 

@@ -1,4 +1,4 @@
-"""Run dirs a lost device kept are swept by the next run; live and young ones stay."""
+"""Run dirs a lost device kept are swept by the next run; live, young and just-ended ones stay."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from standin.adbd import StandinDevice
 
 from specdec.pipeline.devices.adb import AdbDevice
 from specdec.pipeline.devices.session import KEEP_ENV
-from specdec.pipeline.devices.stale_runs import stale_runs, sweep_stale_runs
+from specdec.pipeline.devices.stale_runs import ENDED_GRACE, stale_runs, sweep_stale_runs
 
 pytestmark = pytest.mark.adb
 REMOTE = "/data/local/tmp/specdec"
@@ -34,12 +34,15 @@ def _dead_pid() -> int:
 def _layout(dev: StandinDevice, live_pid: int) -> dict[str, str]:
     now = dt.datetime.now(dt.UTC).strftime("%Y%m%d-%H%M%S")
     dirs = {"lost": f"{now}-aaaaaa", "running": f"{now}-bbbbbb", "pushing": f"{now}-cccccc",
-            "abandoned": "20200101-000000-dddddd", "current": "20200101-000001-eeeeee"}
+            "just-ended": f"{now}-ffffff", "abandoned": "20200101-000000-dddddd", "current": "20200101-000001-eeeeee"}
     base = dev.fs.host_path(REMOTE)
     for name in [*dirs.values(), "runtime/abc", "notes"]:
         (base / name).mkdir(parents=True)
-    (base / dirs["lost"] / "runner.pid").write_text(f"{_dead_pid()} {_dead_pid()}\n")
-    (base / dirs["lost"] / "sensors.pid").write_text(f"{_dead_pid()} {_dead_pid()}\n")
+    for ended in ("lost", "just-ended"):
+        (base / dirs[ended] / "runner.pid").write_text(f"{_dead_pid()} {_dead_pid()}\n")
+        (base / dirs[ended] / "sensors.pid").write_text(f"{_dead_pid()} {_dead_pid()}\n")
+    # the lost run's last job ended past the grace; the other's host may still be reading its results
+    dev.fs.age(f"{REMOTE}/{dirs['lost']}", ENDED_GRACE.total_seconds() + 60)
     (base / dirs["running"] / "runner.pid").write_text(f"{live_pid} {live_pid}\n")
     (base / dirs["running"] / "sensors.pid").write_text(f"{_dead_pid()} {_dead_pid()}\n")
     return dirs
@@ -51,7 +54,7 @@ def test_sweeps_only_what_nothing_uses(adb_device: tuple[AdbDevice, StandinDevic
     assert sorted(stale_runs(device, dirs["current"])) == sorted([dirs["lost"], dirs["abandoned"]])
     assert sorted(sweep_stale_runs(device, dirs["current"])) == sorted([dirs["lost"], dirs["abandoned"]])
     left = sorted(p.name for p in dev.fs.host_path(REMOTE).iterdir())
-    assert left == sorted([dirs["running"], dirs["pushing"], dirs["current"], "runtime", "notes"])
+    assert left == sorted([dirs["running"], dirs["pushing"], dirs["just-ended"], dirs["current"], "runtime", "notes"])
 
 
 def test_keep_remote_keeps_everything(adb_device: tuple[AdbDevice, StandinDevice], sleeper: int,
