@@ -13,7 +13,14 @@ from specdec.cli.console import RichProgress, err
 from specdec.cli.render import human_bytes
 from specdec.pipeline.draft import DraftConfig, make_draft
 from specdec.pipeline.draft.clock import ClockKind
-from specdec.pipeline.draft.config import DraftMethod, default_kind
+from specdec.pipeline.draft.config import DraftMethod, RequestSource, default_kind
+
+
+def _prompt_mix(batches: dict[str, int] | None) -> str:
+    """'; batches: 9 built-in, 4 recycled, 8 self-written' (older reports have no such record)."""
+    if not batches:
+        return ""
+    return "; batches: " + ", ".join(f"{count} {kind}" for kind, count in sorted(batches.items()))
 
 
 def feature_table(report: dict[str, Any]) -> Table:
@@ -30,7 +37,8 @@ def feature_table(report: dict[str, Any]) -> Table:
                              + (f" ({coverage:.1%} of held-out answer tokens)" if coverage is not None else "")),
         ("parameters stored (the embedding is the target's)", f"{sizes['own_params'] / 1e6:.2f}M "
                                                               f"({human_bytes(sizes['own_bytes'])})"),
-        ("target's answers", f"{data['rows']} rows, {data['answer_tokens']} answer tokens ({data['dtype']})"),
+        ("target's answers", f"{data['rows']} rows, {data['answer_tokens']} answer tokens ({data['dtype']})"
+                             + _prompt_mix(data.get("batches_by_prompts"))),
         ("held-out first-token acceptance", f"{quality['alpha1']:.3f} over {quality['positions']} positions"),
         ("acceptance by depth 1-4", " / ".join(f"{a:.2f}" for a in quality["alpha_cond"][:4])),
         ("5-token chain: tokens a round", f"{chain['tokens_per_round']:.2f}"),
@@ -106,6 +114,11 @@ def draft(
     data: Path = typer.Option(None, "--data", file_okay=False, help="feature: keep the target's answers in this "
                                                                     "directory and reuse them in a later run with the "
                                                                     "same seed and text."),
+    requests: RequestSource = typer.Option(None, "--requests", help="feature: whose chat requests the target "
+                                                                    "answers for the training data: builtin "
+                                                                    "(English requests from word lists, default), "
+                                                                    "target (it writes them itself: any language or "
+                                                                    "domain it knows) or mixed (half each)."),
     eval_prompts: Path = typer.Option(None, "--eval-prompts", dir_okay=False,
                                       help="feature: also measure acceptance on the target's answers to these "
                                            "prompts (JSONL with 'text', 'messages' or 'input_ids' lines, as bench "

@@ -18,9 +18,22 @@ class DraftMethod(enum.StrEnum):
     pruned = "pruned"  # the target pruned at its width, then distilled (stage.py)
 
 
+class RequestSource(enum.StrEnum):
+    """Whose chat requests a feature draft's data answers (feature_data.PromptSource)."""
+
+    builtin = "builtin"  # the built-in requests (chat_prompts.py): English, word lists and templates
+    target = "target"  # the target writes them, sampling its own user turns (self_prompts.py)
+    mixed = "mixed"  # half of the batches each
+
+
+# share of the batches (other than the recycled ones) whose requests the target writes
+SELF_SHARE = {RequestSource.builtin: 0.0, RequestSource.target: 1.0, RequestSource.mixed: 0.5}
+
+
 # options that only one kind reads: given to the other, they are an error, not ignored
 _KIND_OPTIONS = {DraftMethod.pruned: ("size", "heads", "ffn"),
-                 DraftMethod.feature: ("clock", "vocab_size", "max_prompts", "answer_tokens", "data", "eval_prompts")}
+                 DraftMethod.feature: ("clock", "vocab_size", "max_prompts", "answer_tokens", "data", "eval_prompts",
+                                         "requests")}
 
 
 def default_kind(given: dict[str, Any]) -> DraftMethod:
@@ -61,6 +74,7 @@ class DraftConfig:
     max_prompts: int | None = None  # at most this many prompts answered (default: as many as the budget allows)
     answer_tokens: int | None = None  # tokens an answer may take (default feature_stage.ANSWER_TOKENS)
     data: Path | None = None  # keep the target's answers here, and reuse them when they match
+    requests: RequestSource | None = None  # whose chat requests the target answers (default builtin)
     # a prompts file (JSONL, as bench reads) the report's acceptance is also measured on: the target answers
     # it greedily and the draft drafts along those answers. Not in record(): it does not decide the weights.
     eval_prompts: Path | None = None
@@ -71,6 +85,10 @@ class DraftConfig:
             if given and self.kind is not kind:
                 raise InputError(f"{', '.join(setting(k) for k in given)} only apply to {setting('kind')} {kind}",
                                  f"drop them, or pass {setting('kind')} {kind}")
+        if self.requests not in (None, RequestSource.builtin) and self.calib is not None:
+            raise InputError(f"{setting('requests')} {self.requests} and {setting('calib')} contradict each other: "
+                             "with your text the target continues it instead of answering requests",
+                             f"drop {setting('calib')}, or {setting('requests')}")
         if self.size is not None and self.layers is not None:
             raise InputError(f"{setting('size')} and {setting('layers')} contradict each other",
                              "give the draft's size either as a fraction or as a layer count")
@@ -106,7 +124,8 @@ class DraftConfig:
                                  "minutes")
         extra = {"kind": str(self.kind), "clock": str(self.clock)} if self.kind is DraftMethod.feature else {}
         if self.kind is DraftMethod.feature:
-            keep = ("layers", "lr", "seed", "steps", "minutes", "vocab_size", "max_prompts", "answer_tokens")
+            keep = ("layers", "lr", "seed", "steps", "minutes", "vocab_size", "max_prompts", "answer_tokens",
+                    "requests")
         return {key: getattr(self, key) for key in keep} | {"calib": str(self.calib) if self.calib else None} | extra
 
 

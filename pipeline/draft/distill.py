@@ -373,9 +373,33 @@ def default_threads() -> int:
     for each other at every kernel while the scheduler runs others (realistic 61.6M target, 2 cores
     at load 6-10: 3 generated tokens/s on 2 threads vs 7 on 1)."""
     cores = os.cpu_count() or 1
-    idle = cores - os.getloadavg()[0]
+    busy = busy_cores()
+    idle = cores - (busy if busy is not None else os.getloadavg()[0])
     # rounded, not cut: a shell's leftovers (load 0.27 on 2 cores) once gave a 50-minute run 1 thread
     return max(1, min(cores, round(idle)))
+
+
+def busy_cores(window_s: float = 0.5, stat: Path = Path("/proc/stat")) -> float | None:
+    """Cores busy right now (Linux: /proc/stat over `window_s`, while this process sleeps), or None
+    where the file is not there. Not the load average: its 1-minute mean still counted a job that
+    had ended (load 1.2 on an idle 2-core machine gave a 30-minute run 1 thread)."""
+
+    def ticks() -> tuple[int, int] | None:
+        try:
+            fields = [int(v) for v in stat.read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])  # steal counted, guest already in user
+
+    before = ticks()
+    if before is None:
+        return None
+    time.sleep(window_s)
+    after = ticks()
+    if after is None or after[1] <= before[1]:
+        return None
+    return (os.cpu_count() or 1) * (after[0] - before[0]) / (after[1] - before[1])
 
 
 def threads_note() -> str:

@@ -27,13 +27,13 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from specdec.pipeline.draft import chat_prompts
+from specdec.pipeline.draft import chat_prompts, self_prompts
 from specdec.pipeline.draft.feature_model import decoder_layers, layer_output
 from specdec.pipeline.progress import Progress
 
@@ -56,6 +56,7 @@ class DataSettings:
     max_new: int = 192  # tokens an answer may take
     max_prompt: int = 384  # prompt tokens kept (longer recycled passages are cut at the front)
     recycle_every: int = 4  # every N-th batch asks about the target's earlier answers (chat_prompts.recycled)
+    self_share: float = 0.5  # of the other batches, the share whose requests the target writes (self_prompts.py)
     seed: int = 0
 
 
@@ -190,17 +191,24 @@ def answer_all(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], set
     return rows
 
 
+RequestWriter = Callable[[int, int], list[str]]  # (seed, count) -> requests the target wrote
+
+
 class PromptSource:
     """Prompts batch by batch: fresh chat requests (or windows of the user's text), every
-    `recycle_every`-th batch requests about the target's earlier answers. Deterministic for a seed
+    `recycle_every`-th batch requests about the target's earlier answers, and with a `writer` a
+    `self_share` of the other batches requests the target writes itself. Deterministic for a seed
     and the answers seen, so a resumed run asks what the first run asked."""
 
-    def __init__(self, tokenizer: Any, settings: DataSettings, user_text: list[int] | None) -> None:
+    def __init__(self, tokenizer: Any, settings: DataSettings, user_text: list[int] | None,
+                 writer: RequestWriter | None = None) -> None:
         self.tokenizer, self.settings, self.user_text = tokenizer, settings, user_text
         self.chat = bool(getattr(tokenizer, "chat_template", None))
+        self.writer = writer if self.chat and user_text is None else None
         self.answers: list[str] = []
         self.fresh: list[list[int]] = []
         self._pool_seed = settings.seed * 1_000_003  # runs with other seeds draw disjoint pools
+        self.last_kind = ""  # what the last batch asked: built-in, recycled or self-written
 
     def _refill(self) -> None:
         b = self.settings.batch
@@ -226,17 +234,35 @@ class PromptSource:
         starts = [rng.randrange(0, max(1, len(stream) - length)) for _ in range(count)]
         return [list(stream[s:s + length]) for s in starts]
 
-    def batch(self, index: int) -> list[list[int]]:
+    def self_written(self, index: int) -> bool:
+        """Whether batch `index` asks the target's own requests (a coin seeded by the index)."""
+        every = self.settings.recycle_every
+        if self.writer is None or (every > 0 and index % every == every - 1):
+            return False
+        return random.Random(self.settings.seed * 7_919 + index).random() < self.settings.self_share
+
+    def batch(self, index: int, *, needed: bool = True) -> list[list[int]]:
+        """Batch `index`'s prompts; with `needed` False (its answers are on disk) only what keeps the
+        source's state as the first run left it, so nothing is generated for a self-written batch."""
         b = self.settings.batch
         every = self.settings.recycle_every
         if self.chat and self.user_text is None and every > 0 and index % every == every - 1 and self.answers:
             texts = chat_prompts.recycled(self.answers, self.settings.seed * 100_003 + index, b)
             if texts:
                 encoded = sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
+                self.last_kind = "recycled"
                 return encoded
+        if self.writer is not None and self.self_written(index):
+            self.last_kind = "self-written"
+            if not needed:
+                return []
+            texts = self.writer(self.settings.seed * 1_000_033 + index, b)
+            if texts:
+                return sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
         if len(self.fresh) < b:
             self._refill()
         taken, self.fresh = self.fresh[:b], self.fresh[b:]
+        self.last_kind = "built-in" if self.chat and self.user_text is None else "text"
         return taken
 
     def saw(self, rows: Sequence[Row]) -> None:
@@ -268,6 +294,7 @@ class Corpus:
     heldout: list[Row]
     seconds: float  # clock seconds the shards took (all runs)
     batches: int
+    sources: dict[str, int] = field(default_factory=dict)  # batches by what they asked (PromptSource.last_kind)
 
     @property
     def generated_tokens(self) -> int:
@@ -295,19 +322,20 @@ def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, fea
     the deadline (each row of a batch cut at once still holds the prompt and one answer token)."""
     eos = eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
-    source = PromptSource(tokenizer, settings, user_text)
+    source = PromptSource(tokenizer, settings, user_text, writer=request_writer(model, tokenizer, eos))
     corpus = Corpus(train=[], heldout=[], seconds=0.0, batches=0)
     count = 0
     with progress.task("the target answers prompts (feature draft data)") as task:
         while max_batches is None or corpus.batches < max_batches:
             path = work / f"shard_{corpus.batches:04d}.pt"
-            prompts = source.batch(corpus.batches)
             if path.is_file():
+                source.batch(corpus.batches, needed=False)
                 rows, seconds = load_shard(path)
             else:
                 if corpus.batches >= min_batches and clock() >= deadline:
                     break
-                began = clock()
+                began = clock()  # the target writing this batch's requests counts as its cost
+                prompts = source.batch(corpus.batches)
                 rows = generate(model, prompts, max_new=settings.max_new, eos=eos, feature_layer=feature_layer,
                                 pad=int(pad), stop=lambda: clock() >= deadline)
                 seconds = clock() - began
@@ -322,11 +350,24 @@ def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, fea
             corpus.heldout += heldout
             corpus.seconds += seconds
             corpus.batches += 1
+            corpus.sources[source.last_kind] = corpus.sources.get(source.last_kind, 0) + 1
             task.advance()
             task.describe(f"the target answers prompts: {corpus.generated_tokens} tokens")
     if not corpus.heldout and len(corpus.train) > 1:  # a tiny run still reports on one unseen answer
         corpus.heldout.append(corpus.train.pop())
     return corpus
+
+
+def request_writer(model: Any, tokenizer: Any, stop_ids: set[int]) -> RequestWriter | None:
+    """The target writing requests (self_prompts.py), or None when its template has no user turn."""
+    start = self_prompts.user_turn_start(tokenizer) if getattr(tokenizer, "chat_template", None) else None
+    if start is None or not hasattr(model, "generate"):
+        return None
+
+    def write(seed: int, count: int) -> list[str]:
+        return self_prompts.write_requests(model, tokenizer, start, count, seed=seed, stop_ids=stop_ids)
+
+    return write
 
 
 def eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -29,9 +29,9 @@ from typing import Any
 
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.checkpoints.source import CheckpointSource
-from specdec.pipeline.draft import feature_data, feature_eval, feature_train, report
+from specdec.pipeline.draft import feature_data, feature_eval, feature_train, report, self_prompts
 from specdec.pipeline.draft.clock import Clock, ClockKind
-from specdec.pipeline.draft.config import DraftConfig, MadeDraft
+from specdec.pipeline.draft.config import SELF_SHARE, DraftConfig, MadeDraft, RequestSource
 from specdec.pipeline.draft.distill import default_threads
 from specdec.pipeline.draft.feature_model import FeatureDraft, frequent_vocab
 from specdec.pipeline.draft.pruning import SUPPORTED
@@ -137,7 +137,13 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     target_config, tokenizer, target = load_target(source, _check_target)
     for param in target.parameters():
         param.requires_grad_(False)
-    settings = feature_data.DataSettings(max_new=config.answer_tokens or ANSWER_TOKENS, seed=config.seed)
+    requests = config.requests or RequestSource.builtin
+    settings = feature_data.DataSettings(max_new=config.answer_tokens or ANSWER_TOKENS, seed=config.seed,
+                                         self_share=SELF_SHARE[requests])
+    if requests is not RequestSource.builtin and self_prompts.user_turn_start(tokenizer) is None:
+        raise InputError(f"{setting('requests')} {requests} needs a chat template that renders a user turn, "
+                         f"and {source.path}'s tokenizer has none",
+                         f"use {setting('requests')} builtin, or {setting('calib')} text to continue")
     eval_ids = (eval_prompt_ids(eval_items, tokenizer, int(target_config.vocab_size), settings.max_prompt)
                 if eval_items is not None else None)
     data_key = hashlib.sha256(json.dumps(_data_record(config, settings), sort_keys=True).encode()).hexdigest()
@@ -213,7 +219,8 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
         "sizes": _sizes(draft, target),
         "quality": quality,
         **({"quality_eval_prompts": on_prompts} if on_prompts is not None else {}),
-        "data": {"batches": corpus.batches, "rows": len(corpus.train) + len(corpus.heldout),
+        "data": {"batches": corpus.batches, "batches_by_prompts": corpus.sources,
+                 "rows": len(corpus.train) + len(corpus.heldout),
                  "answer_tokens": corpus.generated_tokens, "prompt_tokens": corpus.prompt_tokens,
                  "dtype": str(dtype).removeprefix("torch."), "seconds": round(corpus.seconds, 1),
                  "kept": str(config.data) if config.data else None},

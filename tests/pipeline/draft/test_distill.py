@@ -123,8 +123,24 @@ def test_a_checkpoint_with_whole_teacher_logits_resumes_as_tops() -> None:
     assert again.teacher is not None and torch.equal(again.teacher.ids, corpus.teacher.ids)
 
 
-@pytest.mark.parametrize(("load", "threads"), [(0.0, 4), (0.27, 4), (1.6, 2), (2.4, 2), (3.9, 1), (9.0, 1)])
-def test_default_threads_are_the_cores_left_idle(monkeypatch, load: float, threads: int) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize(("busy", "threads"), [(0.0, 4), (0.27, 4), (1.6, 2), (2.4, 2), (3.9, 1), (9.0, 1)])
+def test_default_threads_are_the_cores_left_idle(monkeypatch, busy: float, threads: int) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setattr(distill.os, "cpu_count", lambda: 4)
-    monkeypatch.setattr(distill.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(distill, "busy_cores", lambda: busy)
+    monkeypatch.setattr(distill.os, "getloadavg", lambda: (4.0, 4.0, 4.0))  # a job that has ended, still in the mean
     assert distill.default_threads() == threads
+    monkeypatch.setattr(distill, "busy_cores", lambda: None)  # no /proc/stat: the load average
+    monkeypatch.setattr(distill.os, "getloadavg", lambda: (busy, busy, busy))
+    assert distill.default_threads() == threads
+
+
+def test_busy_cores_are_read_from_the_kernels_tick_counts(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert distill.busy_cores(window_s=0.05) is not None  # this machine's own (Linux)
+    stat = tmp_path / "stat"
+    # user nice system idle iowait irq softirq steal: 300 of 400 ticks busy between the two reads
+    reads = iter(["cpu  100 0 0 900 0 0 0 0 0 0\ncpu0 1 2 3\n", "cpu  350 0 40 990 10 0 10 0 0 0\ncpu0 1 2 3\n"])
+    monkeypatch.setattr(distill.time, "sleep", lambda s: stat.write_text(next(reads)))
+    monkeypatch.setattr(distill.os, "cpu_count", lambda: 4)
+    stat.write_text(next(reads))
+    assert distill.busy_cores(stat=stat) == pytest.approx(4 * 300 / 400)
+    assert distill.busy_cores(stat=tmp_path / "none") is None

@@ -17,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec.pipeline.draft import DraftConfig, feature_data, feature_eval, make_draft
 from specdec.pipeline.draft.clock import ClockKind
-from specdec.pipeline.draft.config import DraftMethod
+from specdec.pipeline.draft.config import DraftMethod, RequestSource
 from specdec.pipeline.draft.feature_model import FeatureDraft
 from specdec.pipeline.draft.feature_stage import EVAL_DEPTH, eval_prompt_ids, work_dir
 from specdec.pipeline.errors import InputError, UnsupportedModelError
@@ -199,3 +199,25 @@ def test_messages_go_through_the_targets_chat_template(target: Path, tmp_path: P
     ids = eval_prompt_ids(load_prompts(prompts), tokenizer, 10**6, 384)
     rendered = [int(i) for i in tokenizer.encode("<user>hi there<assistant>", add_special_tokens=False)]
     assert ids[0] == ids[1] and ids[0][-len(rendered):] == rendered  # text is one user message under a template
+
+
+def test_the_target_writes_its_own_requests_when_asked(target: Path, tmp_path: Path) -> None:
+    chat_target = tmp_path / "chat-target"
+    shutil.copytree(target, chat_target)
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    tokenizer.save_pretrained(str(chat_target))
+    result = make_draft(DraftConfig(target=str(chat_target), output=tmp_path / "d", steps=2,
+                                    requests=RequestSource.target, **{**SMALL, "max_prompts": 4}))
+    batches = result.report["data"]["batches_by_prompts"]
+    assert batches == {"self-written": 1} and result.report["config"]["requests"] == "target"
+    # a template-less target has no user turn to write, and text to continue contradicts requests
+    with pytest.raises(InputError, match="needs a chat template that renders a user turn"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "e", steps=2, requests=RequestSource.mixed,
+                               **SMALL))
+    assert not (tmp_path / "e").exists()
+    with pytest.raises(InputError, match="contradict each other"):
+        DraftConfig(target=str(target), output=tmp_path / "e", requests=RequestSource.target, calib=tmp_path / "x",
+                    **SMALL)
+    with pytest.raises(InputError, match="only apply to kind feature"):
+        DraftConfig(target=str(target), output=tmp_path / "e", kind=DraftMethod.pruned, requests=RequestSource.mixed)
