@@ -56,7 +56,7 @@ class DataSettings:
     max_new: int = 192  # tokens an answer may take
     max_prompt: int = 384  # prompt tokens kept (longer recycled passages are cut at the front)
     recycle_every: int = 4  # every N-th batch asks about the target's earlier answers (chat_prompts.recycled)
-    self_share: float = 0.5  # of the other batches, the share whose requests the target writes (self_prompts.py)
+    self_share: float = 0.0  # of the other batches, the share whose requests the target writes (self_prompts.py)
     seed: int = 0
 
 
@@ -256,9 +256,11 @@ class PromptSource:
             self.last_kind = "self-written"
             if not needed:
                 return []
-            texts = self.writer(self.settings.seed * 1_000_033 + index, b)
-            if texts:
-                return sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
+            seed = self.settings.seed * 1_000_033 + index
+            # none kept (every one on a held-out topic): built-in ones, not from the pool, whose state a
+            # resumed run (which writes nothing for this batch) could not repeat
+            texts = self.writer(seed, b) or chat_prompts.fresh(seed, b)
+            return sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
         if len(self.fresh) < b:
             self._refill()
         taken, self.fresh = self.fresh[:b], self.fresh[b:]
@@ -361,7 +363,7 @@ def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, fea
 def request_writer(model: Any, tokenizer: Any, stop_ids: set[int]) -> RequestWriter | None:
     """The target writing requests (self_prompts.py), or None when its template has no user turn."""
     start = self_prompts.user_turn_start(tokenizer) if getattr(tokenizer, "chat_template", None) else None
-    if start is None or not hasattr(model, "generate"):
+    if start is None:
         return None
 
     def write(seed: int, count: int) -> list[str]:
