@@ -249,9 +249,8 @@ class PromptSource:
         if self.chat and self.user_text is None and every > 0 and index % every == every - 1 and self.answers:
             texts = chat_prompts.recycled(self.answers, self.settings.seed * 100_003 + index, b)
             if texts:
-                encoded = sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
                 self.last_kind = "recycled"
-                return encoded
+                return self._requests(texts)
         if self.writer is not None and self.self_written(index):
             self.last_kind = "self-written"
             if not needed:
@@ -260,12 +259,16 @@ class PromptSource:
             # none kept (every one on a held-out topic): built-in ones, not from the pool, whose state a
             # resumed run (which writes nothing for this batch) could not repeat
             texts = self.writer(seed, b) or chat_prompts.fresh(seed, b)
-            return sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
+            return self._requests(texts)
         if len(self.fresh) < b:
             self._refill()
         taken, self.fresh = self.fresh[:b], self.fresh[b:]
         self.last_kind = "built-in" if self.chat and self.user_text is None else "text"
         return taken
+
+    def _requests(self, texts: Sequence[str]) -> list[list[int]]:
+        """Requests through the chat template, shortest first (a batch's rows pad to its longest)."""
+        return sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
 
     def saw(self, rows: Sequence[Row]) -> None:
         self.answers += [self.tokenizer.decode(r.ids[r.prompt_len:].tolist(), skip_special_tokens=True)

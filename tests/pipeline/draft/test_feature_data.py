@@ -52,15 +52,12 @@ def test_a_stop_request_cuts_every_live_row(model, target: Path) -> None:  # typ
     assert all(len(r.ids) - r.prompt_len <= 4 for r in rows)
 
 
-def test_shards_resume_and_the_prompts_repeat(model, target: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_shards_resume_and_the_prompts_repeat(model, target: Path, tmp_path: Path, build_corpus) -> None:  # type: ignore[no-untyped-def]
     tokenizer = AutoTokenizer.from_pretrained(str(target))
     settings = feature_data.DataSettings(batch=4, max_new=6, seed=2)
 
     def build(work: Path, batches: int) -> feature_data.Corpus:
-        work.mkdir(exist_ok=True)
-        return feature_data.build(model, tokenizer, work, settings, feature_layer=3, clock=Clock(ClockKind.wall),
-                                  deadline=float("inf"), user_text=None, progress=SilentProgress(),
-                                  max_batches=batches)
+        return build_corpus(model, tokenizer, work, settings, batches)  # type: ignore[no-any-return]
 
     whole = build(tmp_path / "whole", 3)
     build(tmp_path / "cut", 2)

@@ -187,12 +187,18 @@ def test_bad_evaluation_prompts_are_refused(target: Path, tmp_path: Path) -> Non
     assert not (tmp_path / "d").exists() and not work_dir(tmp_path / "d").exists()
 
 
-def test_messages_go_through_the_targets_chat_template(target: Path, tmp_path: Path) -> None:
+def _chat_target(target: Path, tmp_path: Path) -> Path:
+    """A copy of the tiny target whose tokenizer has a chat template (the fixture's has none)."""
     chat_target = tmp_path / "chat-target"
     shutil.copytree(target, chat_target)
     tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
     tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
     tokenizer.save_pretrained(str(chat_target))
+    return chat_target
+
+
+def test_messages_go_through_the_targets_chat_template(target: Path, tmp_path: Path) -> None:
+    chat_target = _chat_target(target, tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
     prompts = _prompts_file(tmp_path / "p.jsonl", [{"messages": [{"role": "user", "content": "hi there"}]},
                                                    {"text": "hi there"}])
@@ -202,11 +208,7 @@ def test_messages_go_through_the_targets_chat_template(target: Path, tmp_path: P
 
 
 def test_the_target_writes_its_own_requests_when_asked(target: Path, tmp_path: Path) -> None:
-    chat_target = tmp_path / "chat-target"
-    shutil.copytree(target, chat_target)
-    tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
-    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
-    tokenizer.save_pretrained(str(chat_target))
+    chat_target = _chat_target(target, tmp_path)
     result = make_draft(DraftConfig(target=str(chat_target), output=tmp_path / "d", steps=2,
                                     requests=RequestSource.target, **{**SMALL, "max_prompts": 4}))
     batches = result.report["data"]["batches_by_prompts"]

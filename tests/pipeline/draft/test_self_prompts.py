@@ -11,8 +11,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec.pipeline.draft import feature_data, self_prompts
-from specdec.pipeline.draft.clock import Clock, ClockKind
-from specdec.pipeline.progress import SilentProgress
+from specdec.pipeline.draft.pruning import SUPPORTED
 
 TEMPLATE = "<sys>be brief{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
 
@@ -54,6 +53,18 @@ def test_requests_are_seeded_and_leave_the_global_random_state(model, chat_token
     assert 0 < len(first) <= 6 and all(t == t.strip() and len(t) >= 12 for t in first)
 
 
+@pytest.mark.parametrize("arch", SUPPORTED)
+def test_every_supported_architecture_writes_requests(arch: str, chat_tokenizer) -> None:  # type: ignore[no-untyped-def]
+    from support.tiny_models import make_model
+
+    start = self_prompts.user_turn_start(chat_tokenizer)
+    assert start is not None
+    model = make_model(arch, len(chat_tokenizer), layers=2, hidden=64, seed=1)
+    written = self_prompts.write_requests(model, chat_tokenizer, start, 4, seed=0, stop_ids={0})
+    assert written == self_prompts.write_requests(model, chat_tokenizer, start, 4, seed=0, stop_ids={0})
+    assert written and all(isinstance(t, str) and len(t) >= 12 for t in written)
+
+
 class _Writer:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int]] = []
@@ -81,9 +92,8 @@ def test_a_share_of_batches_asks_the_targets_own_requests(chat_tokenizer) -> Non
     assert plain.writer is None
 
 
-def test_a_resumed_run_repeats_the_first_runs_data_without_writing_again(model, chat_tokenizer,  # type: ignore[no-untyped-def]
-                                                                         tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resumed_run_repeats_the_first_runs_data_without_writing_again(  # type: ignore[no-untyped-def]
+        model, chat_tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, build_corpus) -> None:
     settings = feature_data.DataSettings(batch=2, max_new=4, self_share=1.0, seed=3)
     written: list[int] = []
     original = self_prompts.write_requests
@@ -95,10 +105,7 @@ def test_a_resumed_run_repeats_the_first_runs_data_without_writing_again(model, 
     monkeypatch.setattr(self_prompts, "write_requests", counting)
 
     def build(work: Path, batches: int) -> feature_data.Corpus:
-        work.mkdir(exist_ok=True)
-        return feature_data.build(model, chat_tokenizer, work, settings, feature_layer=3, clock=Clock(ClockKind.wall),
-                                  deadline=float("inf"), user_text=None, progress=SilentProgress(),
-                                  max_batches=batches)
+        return build_corpus(model, chat_tokenizer, work, settings, batches)  # type: ignore[no-any-return]
 
     whole = build(tmp_path / "whole", 3)
     assert len(written) == 3 and whole.sources == {"self-written": 3}  # batches 0-2, none recycled (every 4th is)
