@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from specdec.pipeline.draft import decode_cache
 from specdec.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,8 @@ def continue_rows_tops(model: Any, prefix: torch.Tensor, length: int, generator:
     rows: list[torch.Tensor] = []
     kept: list[TeacherTops] = []
     for chunk in chunks(prefix, batch):
-        out = model(input_ids=chunk, use_cache=True)
+        cache = decode_cache.preallocated(model, chunk.shape[1] + length)
+        out = model(input_ids=chunk, cache=cache, use_cache=True)
         ids = [chunk]
         seen = [TeacherTops.of(out.logits)] if keep else []
         for step in range(length):

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from specdec.pipeline.draft import chat_prompts, self_prompts
+from specdec.pipeline.draft import chat_prompts, decode_cache, self_prompts
 from specdec.pipeline.draft.feature_model import decoder_layers, layer_output
 from specdec.pipeline.progress import Progress
 
@@ -114,9 +114,7 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
     hook = decoder_layers(model)[feature_layer].register_forward_hook(
         lambda module, args, output: captured.append(layer_output(output)))
     try:
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=model.config)
+        cache = decode_cache.preallocated(model, width + max_new)
         out = model.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True)
         features[:, :width] = captured.pop().to(torch.float16)
         final = out.last_hidden_state

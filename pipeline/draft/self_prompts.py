@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from specdec.pipeline.draft import decode_cache
 from specdec.pipeline.draft.chat_prompts import allowed
 
 log = logging.getLogger(__name__)
@@ -64,10 +65,8 @@ def clean(texts: Iterable[str]) -> list[str]:
 def write_requests(model: Any, tokenizer: Any, start: list[int], count: int, *, seed: int,
                    stop_ids: set[int]) -> list[str]:
     """`count` sampled user turns (fewer after `clean`), deterministic for `seed` on one machine."""
-    from transformers import DynamicCache
-
     generator = torch.Generator().manual_seed(seed)
-    cache = DynamicCache(config=model.config)
+    cache = decode_cache.preallocated(model, len(start) + MAX_TOKENS)
     ids = torch.tensor([start] * count, dtype=torch.int64)
     out = model.model(input_ids=ids, cache=cache, use_cache=True)
     written = torch.zeros(count, 0, dtype=torch.int64)
