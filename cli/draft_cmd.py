@@ -119,6 +119,10 @@ def draft(
                                                                     "(English requests from word lists, default), "
                                                                     "target (it writes them itself: any language or "
                                                                     "domain it knows) or mixed (half each)."),
+    train_prompts: Path = typer.Option(None, "--train-prompts", dir_okay=False,
+                                       help="feature: your own requests (JSONL with 'text', 'messages' or "
+                                            "'input_ids' lines, as bench reads), answered by the target first; "
+                                            "the built-in or --requests ones fill the rest of the budget."),
     eval_prompts: Path = typer.Option(None, "--eval-prompts", dir_okay=False,
                                       help="feature: also measure acceptance on the target's answers to these "
                                            "prompts (JSONL with 'text', 'messages' or 'input_ids' lines, as bench "

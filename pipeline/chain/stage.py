@@ -182,8 +182,9 @@ def _from_target(value: Any, target: str, root: Path, base: Path) -> DraftConfig
     for key in ("target", "output", "force", "resume"):
         if key in values:
             raise RecordError(f"draft.from_target.{key}", "is set by the pipeline")
-    if values.get("calib") is not None:
-        values["calib"] = str(base / str(values["calib"]))
+    for key in ("calib", "train_prompts", "eval_prompts", "data"):  # paths read relative to the pipeline file
+        if values.get(key) is not None:
+            values[key] = str(base / str(values[key]))
     values.setdefault("kind", str(default_kind(values)))  # as `specdec draft` chooses
     config: DraftConfig = from_dict(DraftConfig, {**values, "target": target, "output": root / DRAFT_DIR,
                                                   "force": True}, "draft.from_target")

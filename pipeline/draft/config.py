@@ -33,7 +33,7 @@ SELF_SHARE = {RequestSource.builtin: 0.0, RequestSource.target: 1.0, RequestSour
 # options that only one kind reads: given to the other, they are an error, not ignored
 _KIND_OPTIONS = {DraftMethod.pruned: ("size", "heads", "ffn"),
                  DraftMethod.feature: ("clock", "vocab_size", "max_prompts", "answer_tokens", "data", "eval_prompts",
-                                         "requests")}
+                                         "requests", "train_prompts")}
 
 
 def default_kind(given: dict[str, Any]) -> DraftMethod:
@@ -75,6 +75,8 @@ class DraftConfig:
     answer_tokens: int | None = None  # tokens an answer may take (default feature_stage.ANSWER_TOKENS)
     data: Path | None = None  # keep the target's answers here, and reuse them when they match
     requests: RequestSource | None = None  # whose chat requests the target answers (default builtin)
+    # the user's own requests (JSONL, as bench reads), answered first: what the draft should be good at
+    train_prompts: Path | None = None
     # a prompts file (JSONL, as bench reads) the report's acceptance is also measured on: the target answers
     # it greedily and the draft drafts along those answers. Not in record(): it does not decide the weights.
     eval_prompts: Path | None = None
@@ -89,6 +91,10 @@ class DraftConfig:
             raise InputError(f"{setting('requests')} {self.requests} and {setting('calib')} contradict each other: "
                              "with your text the target continues it instead of answering requests",
                              f"drop {setting('calib')}, or {setting('requests')}")
+        if self.train_prompts is not None and self.calib is not None:
+            raise InputError(f"{setting('train_prompts')} and {setting('calib')} contradict each other: with your "
+                             "text the target continues it instead of answering requests",
+                             f"drop {setting('calib')}, or {setting('train_prompts')}")
         if self.size is not None and self.layers is not None:
             raise InputError(f"{setting('size')} and {setting('layers')} contradict each other",
                              "give the draft's size either as a fraction or as a layer count")
@@ -122,10 +128,12 @@ class DraftConfig:
         """What decides the weights (the checkpoint must have been made with the same)."""
         keep: tuple[str, ...] = ("size", "layers", "heads", "ffn", "samples", "seq", "batch", "lr", "seed", "steps",
                                  "minutes")
-        extra = {"kind": str(self.kind), "clock": str(self.clock)} if self.kind is DraftMethod.feature else {}
+        extra: dict[str, str | None] = {}
         if self.kind is DraftMethod.feature:
             keep = ("layers", "lr", "seed", "steps", "minutes", "vocab_size", "max_prompts", "answer_tokens",
                     "requests")
+            extra = {"kind": str(self.kind), "clock": str(self.clock),
+                     "train_prompts": str(self.train_prompts) if self.train_prompts else None}
         return {key: getattr(self, key) for key in keep} | {"calib": str(self.calib) if self.calib else None} | extra
 
 

@@ -193,14 +193,16 @@ RequestWriter = Callable[[int, int], list[str]]  # (seed, count) -> requests the
 
 
 class PromptSource:
-    """Prompts batch by batch: fresh chat requests (or windows of the user's text), every
-    `recycle_every`-th batch requests about the target's earlier answers, and with a `writer` a
-    `self_share` of the other batches requests the target writes itself. Deterministic for a seed
-    and the answers seen, so a resumed run asks what the first run asked."""
+    """Prompts batch by batch: the user's own requests first (`requests`, token ids, in their order),
+    then fresh chat requests (or windows of the user's text); every `recycle_every`-th batch requests
+    about the target's earlier answers, and with a `writer` a `self_share` of the other batches
+    requests the target writes itself. Deterministic for a seed and the answers seen, so a resumed
+    run asks what the first run asked."""
 
     def __init__(self, tokenizer: Any, settings: DataSettings, user_text: list[int] | None,
-                 writer: RequestWriter | None = None) -> None:
+                 writer: RequestWriter | None = None, requests: Sequence[list[int]] = ()) -> None:
         self.tokenizer, self.settings, self.user_text = tokenizer, settings, user_text
+        self.yours = [list(r) for r in requests]  # not yet asked
         self.chat = bool(getattr(tokenizer, "chat_template", None))
         self.writer = writer if self.chat and user_text is None else None
         self.answers: list[str] = []
@@ -249,6 +251,10 @@ class PromptSource:
             if texts:
                 self.last_kind = "recycled"
                 return self._requests(texts)
+        if self.yours:
+            taken, self.yours = self.yours[:b], self.yours[b:]
+            self.last_kind = "your prompts"
+            return sorted(taken, key=len)  # a batch's rows pad to its longest
         if self.writer is not None and self.self_written(index):
             self.last_kind = "self-written"
             if not needed:
@@ -319,13 +325,15 @@ def split(rows: Sequence[Row], start: int) -> tuple[list[Row], list[Row]]:
 
 def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, feature_layer: int,
           clock: Callable[[], float], deadline: float, user_text: list[int] | None, progress: Progress,
-          max_batches: int | None = None, min_batches: int = 1) -> Corpus:
+          max_batches: int | None = None, min_batches: int = 1, requests: Sequence[list[int]] = ()) -> Corpus:
     """Generate batches into `work` until `deadline` on `clock` (a batch running then is cut) or
     `max_batches`, after reading the shards an earlier run left there. `min_batches` start whatever
-    the deadline (each row of a batch cut at once still holds the prompt and one answer token)."""
+    the deadline (each row of a batch cut at once still holds the prompt and one answer token).
+    `requests`: the user's own prompts (token ids), asked first (PromptSource)."""
     eos = eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
-    source = PromptSource(tokenizer, settings, user_text, writer=request_writer(model, tokenizer, eos))
+    source = PromptSource(tokenizer, settings, user_text, writer=request_writer(model, tokenizer, eos),
+                          requests=requests)
     corpus = Corpus(train=[], heldout=[], seconds=0.0, batches=0)
     count = 0
     with progress.task("the target answers prompts (feature draft data)") as task:

@@ -68,8 +68,18 @@ def _fingerprint(target: CheckpointSource, record: dict[str, Any]) -> str:
 
 def _data_record(config: DraftConfig, settings: feature_data.DataSettings) -> dict[str, Any]:
     """What decides the target's answers (a data directory made with other values is not reused)."""
+    requests = (hashlib.sha256(config.train_prompts.read_bytes()).hexdigest()
+                if config.train_prompts is not None else None)
     return {"seed": config.seed, "calib": str(config.calib) if config.calib else None,
-            "settings": settings.__dict__, "version": STATE_VERSION}
+            "settings": settings.__dict__, "version": STATE_VERSION} | ({"train_prompts": requests} if requests else {})
+
+
+def _warn_shared(train_ids: list[list[int]], eval_ids: list[list[int]] | None) -> None:
+    """Acceptance measured on prompts the draft trained on is not held out: say so."""
+    shared = len({tuple(p) for p in train_ids} & {tuple(p) for p in eval_ids or []})
+    if shared:
+        log.warning("%d of the %d evaluation prompts are also training prompts: their acceptance is not held out",
+                    shared, len(eval_ids or []))
 
 
 def _check_target(target_config: Any) -> None:
@@ -122,14 +132,18 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     progress = progress or SilentProgress()
     wall_began = time.time()
     source = resolve_target(config.target)
-    sources = (Path(source.path), config.calib, config.eval_prompts)  # the output may not touch what the run reads
+    # the output may not touch what the run reads
+    sources = (Path(source.path), config.calib, config.eval_prompts, config.train_prompts)
     check_output_dir(config.output, force=config.force, sources=sources)
     if config.calib is not None and not config.calib.is_file():
         raise InputError(f"{setting('calib')} file '{config.calib}' does not exist", "pass a text or JSONL file")
-    if config.eval_prompts is not None and not config.eval_prompts.is_file():
-        raise InputError(f"{setting('eval_prompts')} file '{config.eval_prompts}' does not exist",
-                         "pass a JSONL file with one prompt a line ('text', 'messages' or 'input_ids')")
+    for key in ("eval_prompts", "train_prompts"):
+        path = getattr(config, key)
+        if path is not None and not path.is_file():
+            raise InputError(f"{setting(key)} file '{path}' does not exist",
+                             "pass a JSONL file with one prompt a line ('text', 'messages' or 'input_ids')")
     eval_items = load_prompts(config.eval_prompts) if config.eval_prompts is not None else None
+    train_items = load_prompts(config.train_prompts) if config.train_prompts is not None else None
     layers = config.layers or 1
     threads = config.threads or default_threads()
     torch.set_num_threads(threads)
@@ -146,6 +160,9 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
                          f"use {setting('requests')} builtin, or {setting('calib')} text to continue")
     eval_ids = (eval_prompt_ids(eval_items, tokenizer, int(target_config.vocab_size), settings.max_prompt)
                 if eval_items is not None else None)
+    train_ids = (eval_prompt_ids(train_items, tokenizer, int(target_config.vocab_size), settings.max_prompt,
+                                 option="train_prompts") if train_items is not None else [])
+    _warn_shared(train_ids, eval_ids)
     data_key = hashlib.sha256(json.dumps(_data_record(config, settings), sort_keys=True).encode()).hexdigest()
     fingerprint = _fingerprint(source, config.record())
     work, resume = _prepare_work(config, fingerprint, data_key)
@@ -165,7 +182,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     feature_layer = int(target_config.num_hidden_layers) - 1
     corpus = feature_data.build(generator, tokenizer, work, settings, feature_layer=feature_layer, clock=clock,
                                 deadline=data_deadline, user_text=user_text, progress=progress,
-                                max_batches=max_batches)
+                                max_batches=max_batches, requests=train_ids)
     del generator
     phases["data_s"] = clock()
     if not corpus.train:
@@ -242,7 +259,8 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     return MadeDraft(path=path, report=result)
 
 
-def eval_prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: int) -> list[list[int]]:
+def eval_prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: int,
+                    option: str = "eval_prompts") -> list[list[int]]:
     """Each evaluation prompt as the target reads it: `input_ids` as given, `messages` through its chat
     template, `text` as one user message when it has a template (plain text otherwise); the last
     `max_prompt` tokens, as the training prompts are cut. Not inputs.prompts.prompt_tokens: that reads a
@@ -255,11 +273,11 @@ def eval_prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_pro
         if item.input_ids is not None:
             ids = item.input_ids
             if max(ids) >= vocab or min(ids) < 0:
-                raise InputError(f"{setting('eval_prompts')} prompt '{item.id}' has token ids outside the target's "
+                raise InputError(f"{setting(option)} prompt '{item.id}' has token ids outside the target's "
                                  f"vocabulary (0..{vocab - 1})", "give text or messages, or ids of this target")
         elif item.messages is not None:
             if not has_template:
-                raise InputError(f"{setting('eval_prompts')} prompt '{item.id}' gives messages but the target has "
+                raise InputError(f"{setting(option)} prompt '{item.id}' gives messages but the target has "
                                  "no chat template", "give 'text' lines for this target")
             ids = feature_data.encode_messages(tokenizer, item.messages, max_prompt)
         elif has_template:
@@ -267,7 +285,7 @@ def eval_prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_pro
         else:
             ids = [int(i) for i in tokenizer.encode(item.text or "")]
         if not ids:
-            raise InputError(f"{setting('eval_prompts')} prompt '{item.id}' has no tokens", "give it some text")
+            raise InputError(f"{setting(option)} prompt '{item.id}' has no tokens", "give it some text")
         prompts.append(ids[-max_prompt:])
     return prompts
 

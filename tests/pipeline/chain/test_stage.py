@@ -113,6 +113,12 @@ def test_draft_from_target_section(tmp_path: Path) -> None:
     assert config.from_target is not None and config.from_target.layers == 2 and config.from_target.steps == 10
     assert config.from_target.output == tmp_path / "out" / "00-draft" and config.draft == str(config.from_target.output)
     assert config.from_target.calib == tmp_path / "text.txt"
+    path.write_text("target: demo\ndraft: {from_target: {steps: 10, train_prompts: mine.jsonl, eval_prompts: e.jsonl, "
+                    "data: answers}}\n")
+    made = load_config(path).from_target
+    assert made is not None and made.kind.value == "feature"
+    assert (made.train_prompts, made.eval_prompts, made.data) == (tmp_path / "mine.jsonl", tmp_path / "e.jsonl",
+                                                                  tmp_path / "answers")  # beside the pipeline file
     for bad, where in (("{from_target: {layer: 2}}", "draft.from_target.layer"),
                        ("{from_target: {output: x}}", "draft.from_target.output"),
                        ("{make: {}}", "'draft'"),

@@ -223,3 +223,34 @@ def test_the_target_writes_its_own_requests_when_asked(target: Path, tmp_path: P
                     **SMALL)
     with pytest.raises(InputError, match="only apply to kind feature"):
         DraftConfig(target=str(target), output=tmp_path / "e", kind=DraftMethod.pruned, requests=RequestSource.mixed)
+
+
+def test_the_users_own_requests_are_answered_first(target: Path, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """--train-prompts: the target answers the file's requests before the built-in ones, the data key
+    follows the file's content, and an evaluation prompt that is also a training one is named."""
+    chat_target = _chat_target(target, tmp_path)
+    mine = _prompts_file(tmp_path / "mine.jsonl", [{"text": "sort my list"}, {"text": "name a colour"},
+                                                   {"messages": [{"role": "user", "content": "hello"}]}])
+    data = tmp_path / "answers"
+    with caplog.at_level("WARNING"):
+        result = make_draft(DraftConfig(target=str(chat_target), output=tmp_path / "d", steps=2, train_prompts=mine,
+                                        eval_prompts=mine, data=data, **SMALL))
+    assert result.report["data"]["batches_by_prompts"] == {"your prompts": 1}  # then built-in (test_feature_data)
+    assert result.report["config"]["train_prompts"] == str(mine)
+    assert "3 of the 3 evaluation prompts are also training prompts" in caplog.text
+    first, _ = feature_data.load_shard(data / "shard_0000.pt")
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
+    asked = {tokenizer.decode(r.ids[:r.prompt_len]) for r in first}
+    assert asked == {"<user>sort my list<assistant>", "<user>name a colour<assistant>", "<user>hello<assistant>"}
+    mine.write_text(json.dumps({"text": "another request"}) + "\n")  # other requests: the kept answers do not fit
+    with pytest.raises(InputError, match="holds answers made with another seed, text or settings"):
+        make_draft(DraftConfig(target=str(chat_target), output=tmp_path / "e", steps=2, train_prompts=mine,
+                               data=data, **SMALL))
+    with pytest.raises(InputError, match="contradict each other"):
+        DraftConfig(target=str(target), output=tmp_path / "e", train_prompts=mine, calib=tmp_path / "x", **SMALL)
+    with pytest.raises(InputError, match="only apply to kind feature"):
+        DraftConfig(target=str(target), output=tmp_path / "e", kind=DraftMethod.pruned, train_prompts=mine)
+    with pytest.raises(InputError, match="train_prompts file .* does not exist"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "e", steps=1, train_prompts=tmp_path / "no",
+                               **SMALL))
