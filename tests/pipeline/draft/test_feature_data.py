@@ -98,3 +98,11 @@ def test_the_users_requests_are_asked_first_then_the_built_in_ones(target: Path)
     assert asked[2:] == [built_in.batch(0), built_in.batch(1)] and source.last_kind != "your prompts"
     resumed = feature_data.PromptSource(tokenizer, settings, None, requests=yours)
     assert [resumed.batch(i, needed=False) for i in range(4)] == asked
+
+
+def test_a_batch_starts_only_with_a_quarter_of_an_average_batch_left() -> None:
+    corpus = feature_data.Corpus(train=[], heldout=[], seconds=400.0, batches=4)  # 100 s a batch
+    assert not feature_data.too_late(now=100.0, deadline=130.0, corpus=corpus)
+    assert feature_data.too_late(now=110.0, deadline=130.0, corpus=corpus)  # 20 s left: cut after its prompts
+    assert feature_data.too_late(now=140.0, deadline=130.0, corpus=corpus)
+    assert not feature_data.too_late(now=0.0, deadline=1.0, corpus=feature_data.Corpus([], [], 0.0, 0))
