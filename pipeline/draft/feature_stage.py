@@ -164,7 +164,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
                                  option="train_prompts") if train_items is not None else [])
     _warn_shared(train_ids, eval_ids)
     data_key = hashlib.sha256(json.dumps(_data_record(config, settings), sort_keys=True).encode()).hexdigest()
-    fingerprint = _fingerprint(source, config.record())
+    fingerprint = _fingerprint(source, config.record() | {"data": data_key})  # --resume: the same requests too
     work, resume = _prepare_work(config, fingerprint, data_key)
     clock.offset = _spent_on_shards(work)  # what an interrupted run spent on the answers it kept
     budget_s = config.budget_minutes * 60 if config.budget_minutes is not None else None
