@@ -1,13 +1,14 @@
 """Feature-draft training settings compared at equal CPU time on one kept set of the target's answers.
 
-Trains one fresh draft per setting (today: the training-time test's depth, 1 or 2) from the same
-data, each for the steps its own measured pace fits in `--minutes` of process CPU time (so
-another process sharing the machine slows a run without shortening it), with the cosine run to
-its end, then measures each on the held-out answers and, with `--eval-prompts`, on the float32
-target's greedy answers to those prompts (what `specdec draft --eval-prompts` reports).
+Trains one fresh draft per arm (`--arm '{"tokens_per_batch": 2048}'`: feature_train.TrainSettings
+fields; by default the training-time test's depths, `--depths`) from the same data, each for the
+steps its own measured pace fits in `--minutes` of process CPU time (so another process sharing
+the machine slows a run without shortening it), with the cosine run to its end, then measures each
+on the held-out answers and, with `--eval-prompts`, on the float32 target's greedy answers to those
+prompts (what `specdec draft --eval-prompts` reports).
 
     .venv/bin/python benchmarks/feature_training.py TARGET --data DIR [--eval-prompts FILE]
-        [--minutes 11] [--depths 1,2] [--threads 2]
+        [--minutes 11] [--depths 1,2 | --arm JSON ...] [--threads 2]
 
 TARGET: what `specdec draft` takes (a checkpoint directory, a GGUF file, `demo`); DIR: answers a
 `specdec draft TARGET --kind feature --data DIR` run kept (its shard_*.pt files).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -26,7 +28,7 @@ import torch
 
 from specdec.pipeline.draft import feature_data, feature_eval, feature_train
 from specdec.pipeline.draft.feature_model import FeatureDraft, frequent_vocab
-from specdec.pipeline.draft.feature_stage import EVAL_DEPTH, EVAL_ROWS, VOCAB_SIZE, eval_prompt_ids
+from specdec.pipeline.draft.feature_stage import EVAL_DEPTH, EVAL_ROWS, VOCAB_SIZE, prompt_ids
 from specdec.pipeline.draft.target import load_target, resolve_target
 from specdec.pipeline.inputs.prompts import load_prompts
 from specdec.pipeline.progress import SilentProgress
@@ -61,8 +63,15 @@ def main() -> None:
     parser.add_argument("--eval-prompts", type=Path, help="JSONL prompts the drafts are also measured on")
     parser.add_argument("--minutes", type=float, default=11.0, help="process CPU minutes per thread, per run")
     parser.add_argument("--depths", default="1,2", help="training-time test depths to compare")
+    parser.add_argument("--arm", action="append", default=[],
+                        help="TrainSettings fields as JSON, one arm each (repeat); replaces --depths")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    arms = [json.loads(arm) for arm in args.arm] or [{"depth": int(d)} for d in args.depths.split(",")]
+    known = {f.name for f in dataclasses.fields(feature_train.TrainSettings)} - {"steps", "bf16", "seed"}
+    for arm in arms:
+        if not isinstance(arm, dict) or set(arm) - known:
+            parser.error(f"--arm {json.dumps(arm)}: give a JSON object of {sorted(known)}")
     torch.set_num_threads(args.threads)
     target_config, tokenizer, target = load_target(resolve_target(args.target), lambda config: None)
     target.eval()
@@ -74,7 +83,7 @@ def main() -> None:
     on_prompts: list[feature_data.Row] = []
     if args.eval_prompts is not None:
         answering = feature_data.DataSettings()
-        ids = eval_prompt_ids(load_prompts(args.eval_prompts), tokenizer, vocab_size, answering.max_prompt)
+        ids = prompt_ids(load_prompts(args.eval_prompts), tokenizer, vocab_size, answering.max_prompt)
         with torch.no_grad():
             on_prompts = feature_data.answer_all(target, tokenizer, ids, answering, feature_layer=feature_layer,
                                                  progress=SilentProgress(), description="answers")
@@ -89,22 +98,22 @@ def main() -> None:
         return float(time.process_time() / args.threads)
 
     print(json.dumps({"train_rows": len(train), "heldout_rows": len(heldout), "prompt_rows": len(on_prompts)}))
-    for depth in (int(d) for d in args.depths.split(",")):
+    for arm in arms:
         draft = FeatureDraft.from_target(target, layers=1, draft_vocab=vocab, seed=0, input_norms=True,
                                          feature_layer=feature_layer)
         feature_train.init_for_training(draft, 0)
         # a first call's kernel selection and allocation are no part of the pace
-        warm = feature_train.TrainSettings(bf16=bf16, depth=depth, steps=2)
+        warm = feature_train.TrainSettings(**arm, bf16=bf16, steps=2)
         feature_train.train(copy.deepcopy(draft), train, warm, clock=cpu, deadline=None, progress=SilentProgress())
-        probe = feature_train.TrainSettings(bf16=bf16, depth=depth, steps=PROBE_STEPS)
+        probe = feature_train.TrainSettings(**arm, bf16=bf16, steps=PROBE_STEPS)
         began = cpu()
         feature_train.train(copy.deepcopy(draft), train, probe, clock=cpu, deadline=None, progress=SilentProgress())
         steps = max(1, int(args.minutes * 60 / ((cpu() - began) / PROBE_STEPS)))
-        settings = feature_train.TrainSettings(bf16=bf16, depth=depth, steps=steps)
+        settings = feature_train.TrainSettings(**arm, bf16=bf16, steps=steps)
         began = cpu()
         feature_train.train(draft, train, settings, clock=cpu, deadline=None, progress=SilentProgress())
         spent = cpu() - began
-        result = {"depth": depth, "steps": steps, "cpu_minutes": round(spent / 60, 1),
+        result = {"arm": arm, "steps": steps, "cpu_minutes": round(spent / 60, 1),
                   "heldout": figures(feature_eval.evaluate(draft, heldout[:EVAL_ROWS], depth=EVAL_DEPTH, bf16=bf16))}
         if on_prompts:
             result["eval_prompts"] = figures(feature_eval.evaluate(draft, on_prompts, depth=EVAL_DEPTH))

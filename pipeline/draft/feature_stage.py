@@ -158,10 +158,10 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
         raise InputError(f"{setting('requests')} {requests} needs a chat template that renders a user turn, "
                          f"and {source.path}'s tokenizer has none",
                          f"use {setting('requests')} builtin, or {setting('calib')} text to continue")
-    eval_ids = (eval_prompt_ids(eval_items, tokenizer, int(target_config.vocab_size), settings.max_prompt)
+    eval_ids = (prompt_ids(eval_items, tokenizer, int(target_config.vocab_size), settings.max_prompt)
                 if eval_items is not None else None)
-    train_ids = (eval_prompt_ids(train_items, tokenizer, int(target_config.vocab_size), settings.max_prompt,
-                                 option="train_prompts") if train_items is not None else [])
+    train_ids = (prompt_ids(train_items, tokenizer, int(target_config.vocab_size), settings.max_prompt,
+                            option="train_prompts") if train_items is not None else [])
     _warn_shared(train_ids, eval_ids)
     data_key = hashlib.sha256(json.dumps(_data_record(config, settings), sort_keys=True).encode()).hexdigest()
     fingerprint = _fingerprint(source, config.record() | {"data": data_key})  # --resume: the same requests too
@@ -259,9 +259,10 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     return MadeDraft(path=path, report=result)
 
 
-def eval_prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: int,
-                    option: str = "eval_prompts") -> list[list[int]]:
-    """Each evaluation prompt as the target reads it: `input_ids` as given, `messages` through its chat
+def prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: int,
+               option: str = "eval_prompts") -> list[list[int]]:
+    """Each prompt of `--eval-prompts` or `--train-prompts` (`option`, named in errors) as the target
+    reads it: `input_ids` as given, `messages` through its chat
     template, `text` as one user message when it has a template (plain text otherwise); the last
     `max_prompt` tokens, as the training prompts are cut. Not inputs.prompts.prompt_tokens: that reads a
     bundle's tokenizer files, and the target here may be a GGUF file whose tokenizer exists only as

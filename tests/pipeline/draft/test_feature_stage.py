@@ -19,7 +19,7 @@ from specdec.pipeline.draft import DraftConfig, feature_data, feature_eval, make
 from specdec.pipeline.draft.clock import ClockKind
 from specdec.pipeline.draft.config import DraftMethod, RequestSource
 from specdec.pipeline.draft.feature_model import FeatureDraft
-from specdec.pipeline.draft.feature_stage import EVAL_DEPTH, eval_prompt_ids, work_dir
+from specdec.pipeline.draft.feature_stage import EVAL_DEPTH, prompt_ids, work_dir
 from specdec.pipeline.errors import InputError, UnsupportedModelError
 from specdec.pipeline.inputs.prompts import load_prompts
 from specdec.pipeline.progress import SilentProgress
@@ -161,7 +161,7 @@ def test_acceptance_is_also_measured_on_the_users_prompts(target: Path, made: Pa
 
     model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(target))
-    ids = eval_prompt_ids(load_prompts(prompts), tokenizer, model.config.vocab_size, 384)
+    ids = prompt_ids(load_prompts(prompts), tokenizer, model.config.vocab_size, 384)
     assert ids[2] == [5, 6, 7]
     settings = feature_data.DataSettings(max_new=SMALL["answer_tokens"])
     with torch.no_grad():
@@ -202,7 +202,7 @@ def test_messages_go_through_the_targets_chat_template(target: Path, tmp_path: P
     tokenizer = AutoTokenizer.from_pretrained(str(chat_target))
     prompts = _prompts_file(tmp_path / "p.jsonl", [{"messages": [{"role": "user", "content": "hi there"}]},
                                                    {"text": "hi there"}])
-    ids = eval_prompt_ids(load_prompts(prompts), tokenizer, 10**6, 384)
+    ids = prompt_ids(load_prompts(prompts), tokenizer, 10**6, 384)
     rendered = [int(i) for i in tokenizer.encode("<user>hi there<assistant>", add_special_tokens=False)]
     assert ids[0] == ids[1] and ids[0][-len(rendered):] == rendered  # text is one user message under a template
 
