@@ -22,6 +22,7 @@ its rows cut (still the target's text).
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import logging
 import random
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from specdec.pipeline.draft import chat_prompts, decode_cache, self_prompts
+from specdec.pipeline.draft.data_pace import BatchPace, prompt_cells, too_late
 from specdec.pipeline.draft.feature_model import decoder_layers, layer_output
 from specdec.pipeline.progress import Progress
 
@@ -98,9 +100,11 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos: set[int], feature_layer: int,
-             pad: int, stop: Callable[[], bool] | None = None) -> list[Row]:
+             pad: int, stop: Callable[[], bool] | None = None,
+             on_prefilled: Callable[[], None] | None = None) -> list[Row]:
     """Greedy answers to `prompts` (token ids) in one batch, with features and labels (see Row).
-    `stop()` is asked before every decode step; when it says so the live rows end there."""
+    `stop()` is asked before every decode step; when it says so the live rows end there.
+    `on_prefilled()` is called once the prompts' pass is done (data_pace times it)."""
     batch, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((batch, width), pad, dtype=torch.int64)
     mask = torch.zeros(batch, width, dtype=torch.int64)
@@ -121,6 +125,8 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
         prompt_argmax = torch.cat([greedy(model.lm_head(final[:, i:i + _LOGIT_CHUNK]))
                                    for i in range(0, width, _LOGIT_CHUNK)], dim=1)
         following = prompt_argmax[:, -1]
+        if on_prefilled is not None:
+            on_prefilled()
         live = torch.arange(batch)  # original row of each cache row
         answers: list[list[int]] = [[] for _ in range(batch)]
         finished = torch.zeros(batch, dtype=torch.bool)
@@ -279,15 +285,22 @@ class PromptSource:
                          for r in rows]
 
 
-def save_shard(path: Path, rows: Sequence[Row], seconds: float) -> None:
-    """The shard, then its sidecar (what it cost, read on resume without loading the features)."""
+def _mark(marks: list[float], clock: Callable[[], float]) -> None:
+    marks.append(clock())
+
+
+def save_shard(path: Path, rows: Sequence[Row], seconds: float,
+               timing: Mapping[str, float | int] | None = None) -> None:
+    """The shard, then its sidecar (what it cost, and `timing`'s data_pace fields, read on resume
+    without loading the features)."""
     state = {"ids": [r.ids for r in rows], "prompt_len": [r.prompt_len for r in rows],
              "features": [r.features for r in rows], "labels": [r.labels for r in rows], "seconds": seconds}
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
     tmp.replace(path)
     answer = sum(len(r.ids) - r.prompt_len for r in rows)
-    path.with_suffix(".json").write_text(json.dumps({"seconds": seconds, "rows": len(rows), "answer_tokens": answer}))
+    sidecar = {"seconds": seconds, "rows": len(rows), "answer_tokens": answer, **(timing or {})}
+    path.with_suffix(".json").write_text(json.dumps(sidecar))
 
 
 def load_shard(path: Path) -> tuple[list[Row], float]:
@@ -335,25 +348,35 @@ def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, fea
     source = PromptSource(tokenizer, settings, user_text, writer=request_writer(model, tokenizer, eos),
                           requests=requests)
     corpus = Corpus(train=[], heldout=[], seconds=0.0, batches=0)
+    pace = BatchPace()
     count = 0
     with progress.task("the target answers prompts (feature draft data)") as task:
         while max_batches is None or corpus.batches < max_batches:
             path = work / f"shard_{corpus.batches:04d}.pt"
+            may_stop = corpus.batches >= min_batches
             if path.is_file():
                 source.batch(corpus.batches, needed=False)
                 rows, seconds = load_shard(path)
+                pace.add_sidecar(path.with_suffix(".json"))
             else:
-                if corpus.batches >= min_batches and too_late(clock(), deadline, corpus):
+                if may_stop and too_late(clock(), deadline, pace):  # before the target writes requests
                     break
                 began = clock()  # the target writing this batch's requests counts as its cost
                 prompts = source.batch(corpus.batches)
+                if may_stop and too_late(clock(), deadline, pace, prompts):
+                    break
+                generating = clock()
+                prefilled: list[float] = []
                 rows = generate(model, prompts, max_new=settings.max_new, eos=eos, feature_layer=feature_layer,
-                                pad=int(pad), stop=lambda: clock() >= deadline)
+                                pad=int(pad), stop=lambda: clock() >= deadline,
+                                on_prefilled=functools.partial(_mark, prefilled, clock))
                 seconds = clock() - began
-                save_shard(path, rows, seconds)
+                prefill_s, cells = prefilled[0] - generating, prompt_cells(prompts)
+                pace.add(seconds=seconds, prefill_s=prefill_s, prompt_cells=cells)
+                save_shard(path, rows, seconds, {"prefill_s": prefill_s, "prompt_cells": cells})
                 made = sum(len(r.ids) - r.prompt_len for r in rows)
-                log.info("batch %d: %d rows, %d answer tokens in %.0f s (%.0f tokens/s)", corpus.batches, len(rows),
-                         made, seconds, made / max(seconds, 1e-9))
+                log.info("batch %d: %d rows, %d answer tokens in %.0f s (%.0f tokens/s; prompts' pass %.0f s)",
+                         corpus.batches, len(rows), made, seconds, made / max(seconds, 1e-9), prefill_s)
             source.saw(rows)
             train, heldout = split(rows, count)
             count += len(rows)
@@ -367,17 +390,6 @@ def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, fea
     if not corpus.heldout and len(corpus.train) > 1:  # a tiny run still reports on one unseen answer
         corpus.heldout.append(corpus.train.pop())
     return corpus
-
-
-LATE_START = 0.25  # a batch starts only with this share of an average batch's time left before the deadline
-
-
-def too_late(now: float, deadline: float, corpus: Corpus) -> bool:
-    """Whether a new batch would be cut too early to pay: its prompts' pass is a fixed cost, and a batch
-    started just before the deadline kept one answer token a row (SmolLM2-135M's long requests: 123 s of
-    a 12-minute run for 128 tokens); the time left goes to training instead."""
-    average = corpus.seconds / corpus.batches if corpus.batches else 0.0
-    return now >= deadline or deadline - now < LATE_START * average
 
 
 def request_writer(model: Any, tokenizer: Any, stop_ids: set[int]) -> RequestWriter | None:

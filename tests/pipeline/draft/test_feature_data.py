@@ -52,6 +52,14 @@ def test_a_stop_request_cuts_every_live_row(model, target: Path) -> None:  # typ
     assert all(len(r.ids) - r.prompt_len <= 4 for r in rows)
 
 
+def test_the_prompts_pass_is_reported_once_before_the_first_answer_step(model, target: Path) -> None:  # type: ignore[no-untyped-def]
+    events: list[str] = []
+    feature_data.generate(model, _prompts(target), max_new=5, eos={0}, feature_layer=1, pad=0,
+                          stop=lambda: events.append("step") is None and False,
+                          on_prefilled=lambda: events.append("prefilled"))
+    assert events[0] == "prefilled" and events.count("prefilled") == 1 and "step" in events
+
+
 def test_shards_resume_and_the_prompts_repeat(model, target: Path, tmp_path: Path, build_corpus) -> None:  # type: ignore[no-untyped-def]
     tokenizer = AutoTokenizer.from_pretrained(str(target))
     settings = feature_data.DataSettings(batch=4, max_new=6, seed=2)
@@ -98,11 +106,3 @@ def test_the_users_requests_are_asked_first_then_the_built_in_ones(target: Path)
     assert asked[2:] == [built_in.batch(0), built_in.batch(1)] and source.last_kind != "your prompts"
     resumed = feature_data.PromptSource(tokenizer, settings, None, requests=yours)
     assert [resumed.batch(i, needed=False) for i in range(4)] == asked
-
-
-def test_a_batch_starts_only_with_a_quarter_of_an_average_batch_left() -> None:
-    corpus = feature_data.Corpus(train=[], heldout=[], seconds=400.0, batches=4)  # 100 s a batch
-    assert not feature_data.too_late(now=100.0, deadline=130.0, corpus=corpus)
-    assert feature_data.too_late(now=110.0, deadline=130.0, corpus=corpus)  # 20 s left: cut after its prompts
-    assert feature_data.too_late(now=140.0, deadline=130.0, corpus=corpus)
-    assert not feature_data.too_late(now=0.0, deadline=1.0, corpus=feature_data.Corpus([], [], 0.0, 0))

@@ -170,9 +170,25 @@ def test_a_machine_that_slows_down_shrinks_the_schedule_to_end_annealed(model: A
     assert clock.now <= 200 * (1 + feature_train.OVERRUN) + 5
 
 
+def test_a_machine_that_speeds_up_trains_until_its_deadline(model: Any, rows: list[feature_data.Row]) -> None:
+    clock = _Slowing(after=20, factor=0.5)
+    state = feature_train.train(_draft(model), rows, feature_train.TrainSettings(tokens_per_batch=128), clock=clock,
+                                deadline=200.0, progress=SilentProgress())
+    # planned at 1 s a step (~190 steps), then 0.5 s a step: ~370 steps, ending near the deadline, not at 100 s
+    assert state.total is not None and state.step == state.total > 300
+    assert 200 * (1 - 2 * feature_train.REPLAN_SLACK) <= clock.now <= 200 * (1 + feature_train.OVERRUN)
+
+
 def test_a_steady_pace_keeps_the_plan() -> None:
     state = feature_train.TrainState(step=50, total=100, seconds=50.0)
     pace, total = feature_train._replan((0, 0.0), 50.0, 100.0, state)
     assert total == 100 and pace == (50, 50.0)
     state = feature_train.TrainState(step=50, total=100, seconds=75.0)  # 1.5 s a step: 50 steps left need 75 s
     assert feature_train._replan((0, 0.0), 75.0, 100.0, state)[1] == 50 + int(25 / 1.5)
+    state = feature_train.TrainState(step=50, total=100, seconds=51.0)  # within the slack: kept
+    assert feature_train._replan((0, 0.0), 51.0, 100.0, state)[1] == 100
+
+
+def test_a_machine_that_speeds_up_grows_the_schedule_to_use_its_budget() -> None:
+    state = feature_train.TrainState(step=50, total=100, seconds=25.0)  # 0.5 s a step: 50 steps left need 25 s
+    assert feature_train._replan((0, 0.0), 25.0, 100.0, state)[1] == 50 + int(75 / 0.5)
