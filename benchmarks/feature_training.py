@@ -67,11 +67,17 @@ def main() -> None:
                         help="TrainSettings fields as JSON, one arm each (repeat); replaces --depths")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    arms = [json.loads(arm) for arm in args.arm] or [{"depth": int(d)} for d in args.depths.split(",")]
     known = {f.name for f in dataclasses.fields(feature_train.TrainSettings)} - {"steps", "bf16", "seed"}
-    for arm in arms:
+    arms: list[dict[str, Any]] = []
+    for text in args.arm:
+        try:
+            arm = json.loads(text)
+        except json.JSONDecodeError as exc:
+            parser.error(f"--arm {text!r} is not JSON ({exc.msg}): give an object such as '{{\"lr\": 0.002}}'")
         if not isinstance(arm, dict) or set(arm) - known:
-            parser.error(f"--arm {json.dumps(arm)}: give a JSON object of {sorted(known)}")
+            parser.error(f"--arm {text}: give a JSON object of {sorted(known)}")
+        arms.append(arm)
+    arms = arms or [{"depth": int(d)} for d in args.depths.split(",")]
     torch.set_num_threads(args.threads)
     target_config, tokenizer, target = load_target(resolve_target(args.target), lambda config: None)
     target.eval()

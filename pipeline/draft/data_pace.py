@@ -15,10 +15,9 @@ batch's answering still fits.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
 LATE_START = 0.25  # of an average batch's answering time, left after the prompts' pass
 
@@ -43,8 +42,8 @@ class BatchPace:
         self.prompt_cells += prompt_cells
         self.answer_s += max(0.0, seconds - prefill_s)
 
-    def add_sidecar(self, sidecar: Path) -> None:
-        record = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    def add_record(self, record: Mapping[str, Any]) -> None:
+        """A kept shard, from its sidecar record (feature_data.read_sidecar)."""
         self.add(seconds=float(record.get("seconds", 0.0)), prefill_s=record.get("prefill_s"),
                  prompt_cells=record.get("prompt_cells"))
 

@@ -25,6 +25,7 @@ import enum
 import functools
 import json
 import logging
+import pickle
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +38,7 @@ import torch
 from specdec.pipeline.draft import chat_prompts, decode_cache, self_prompts
 from specdec.pipeline.draft.data_pace import BatchPace, prompt_cells, too_late
 from specdec.pipeline.draft.feature_model import decoder_layers, layer_output
+from specdec.pipeline.errors import InputError
 from specdec.pipeline.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -303,11 +305,39 @@ def save_shard(path: Path, rows: Sequence[Row], seconds: float,
     path.with_suffix(".json").write_text(json.dumps(sidecar))
 
 
+def _damaged(path: Path, exc: BaseException) -> InputError:
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    shard = path.with_suffix(".pt")
+    return InputError(f"kept answers '{path}' are damaged ({reason})",
+                      f"delete '{shard}' and '{shard.with_suffix('.json')}' (the run makes them again)")
+
+
 def load_shard(path: Path) -> tuple[list[Row], float]:
-    state = torch.load(path, weights_only=True)
-    rows = [Row(ids=i, prompt_len=int(p), features=f, labels=lab)
-            for i, p, f, lab in zip(state["ids"], state["prompt_len"], state["features"], state["labels"], strict=True)]
-    return rows, float(state["seconds"])
+    try:
+        state = torch.load(path, weights_only=True)
+        rows = [Row(ids=i, prompt_len=int(p), features=f, labels=lab)
+                for i, p, f, lab in zip(state["ids"], state["prompt_len"], state["features"], state["labels"],
+                                        strict=True)]
+        return rows, float(state["seconds"])
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
+        raise _damaged(path, exc) from exc
+
+
+def read_sidecar(shard: Path) -> dict[str, Any]:
+    """The sidecar record of `shard` ({} for a shard kept without one: cut between the two writes)."""
+    sidecar = shard.with_suffix(".json")
+    if not sidecar.is_file():
+        return {}
+    try:
+        record = json.loads(sidecar.read_text())
+        if not isinstance(record, dict):
+            raise ValueError("not a JSON object")
+        for key in ("seconds", "prefill_s", "prompt_cells"):
+            if record.get(key) is not None and not isinstance(record[key], (int, float)):
+                raise ValueError(f"'{key}' is not a number")
+    except (OSError, ValueError) as exc:
+        raise _damaged(sidecar, exc) from exc
+    return record
 
 
 @dataclass
@@ -357,7 +387,7 @@ def build(model: Any, tokenizer: Any, work: Path, settings: DataSettings, *, fea
             if path.is_file():
                 source.batch(corpus.batches, needed=False)
                 rows, seconds = load_shard(path)
-                pace.add_sidecar(path.with_suffix(".json"))
+                pace.add_record(read_sidecar(path))
             else:
                 if may_stop and too_late(clock(), deadline, pace):  # before the target writes requests
                     break

@@ -39,6 +39,6 @@ def test_shard_sidecars_carry_the_timings_and_older_ones_count_as_answering(tmp_
     feature_data.save_shard(tmp_path / "shard_0000.pt", [row], 50.0, {"prefill_s": 10.0, "prompt_cells": 400})
     feature_data.save_shard(tmp_path / "shard_0001.pt", [row], 30.0)
     pace = BatchPace()
-    pace.add_sidecar(tmp_path / "shard_0000.json")
-    pace.add_sidecar(tmp_path / "shard_0001.json")
+    pace.add_record(feature_data.read_sidecar(tmp_path / "shard_0000.pt"))
+    pace.add_record(feature_data.read_sidecar(tmp_path / "shard_0001.pt"))
     assert (pace.batches, pace.prefill_s, pace.prompt_cells, pace.answer_s) == (2, 10.0, 400, 70.0)

@@ -93,7 +93,7 @@ def test_the_budget_bounds_the_whole_run(target: Path, tmp_path: Path) -> None:
                                     **small))
     report = result.report
     assert report["budget_minutes"] == 0.05 and report["clock"] == "cpu"
-    # data stops at half the budget, training by its last 4 %; the margin absorbs a loaded machine's
+    # data stops at 70 % of the budget, training by its last 4 %; the margin absorbs a loaded machine's
     # loading and evaluation, which are not cut short
     assert report["minutes"] <= 0.05 * 1.5
     assert report["data"]["batches"] >= 1 and report["training"]["steps"] >= 1
@@ -108,6 +108,17 @@ def test_answers_kept_in_a_data_directory_are_reused(target: Path, tmp_path: Pat
     assert second.report["data"]["answer_tokens"] == first.report["data"]["answer_tokens"]
     with pytest.raises(InputError, match="another seed"):
         make_draft(DraftConfig(target=str(target), output=tmp_path / "c", steps=2, data=data, seed=9, **SMALL))
+    sidecar = data / "shard_0000.json"
+    kept = sidecar.read_text()
+    sidecar.write_text(kept[:len(kept) // 2])  # cut mid-write by a full disk, say
+    with pytest.raises(InputError, match=r"shard_0000.json' are damaged .*delete '.*shard_0000.pt'"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "c", steps=2, data=data, **SMALL))
+    sidecar.write_text(kept)
+    shard = data / "shard_0000.pt"
+    shard.write_bytes(shard.read_bytes()[:100])
+    with pytest.raises(InputError, match=r"shard_0000.pt' are damaged"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "c", steps=2, data=data, **SMALL))
+    assert not (tmp_path / "c").exists()
 
 
 def test_options_of_the_other_kind_are_refused(target: Path, tmp_path: Path) -> None:

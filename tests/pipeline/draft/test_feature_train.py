@@ -122,8 +122,9 @@ class _StopAt:
         yield Task()
 
 
-def test_resume_ends_with_the_uninterrupted_weights(model: Any, rows: list[feature_data.Row]) -> None:
-    settings = feature_train.TrainSettings(steps=8, tokens_per_batch=128, warmup=2)
+@pytest.mark.parametrize("noise", [0.0, 0.1])
+def test_resume_ends_with_the_uninterrupted_weights(model: Any, rows: list[feature_data.Row], noise: float) -> None:
+    settings = feature_train.TrainSettings(steps=8, tokens_per_batch=128, warmup=2, feature_noise=noise)
     whole = _draft(model)
     feature_train.train(whole, rows, settings, clock=_Ticks(), deadline=None, progress=SilentProgress())
     saved: list[dict[str, Any]] = []
@@ -137,6 +138,15 @@ def test_resume_ends_with_the_uninterrupted_weights(model: Any, rows: list[featu
                         resume=saved[-1])
     for (name, mine), theirs in zip(resumed.state_dict().items(), whole.state_dict().values(), strict=True):
         assert torch.equal(mine, theirs), name
+
+
+def test_feature_noise_scales_with_each_feature_and_repeats_per_step() -> None:
+    features = torch.randn(2, 3, 64) * torch.tensor([1.0, 100.0])[:, None, None]
+    first = feature_train.noisy(features, 0.1, seed=0, step=4)
+    assert torch.equal(first, feature_train.noisy(features, 0.1, seed=0, step=4))
+    assert not torch.equal(first, feature_train.noisy(features, 0.1, seed=0, step=5))
+    relative = (first - features).std(dim=(1, 2)) / features.abs().mean(dim=(1, 2))
+    assert torch.allclose(relative, torch.full((2,), 0.1), rtol=0.3)
 
 
 def _roundtrip(state: dict[str, Any]) -> Any:
