@@ -48,8 +48,9 @@ STATE_VERSION = 1
 # END_MARGIN (evaluation and saving). 0.5 before. The draft overfits its answers (training top-1
 # 0.94 against 0.60 held out at the end of a default run) and its acceptance levels off with the
 # steps: on one AVX2 VM's 134k answer tokens, the demo's requests drafted 0.338 / 0.379 / 0.418 /
-# 0.428 after 120 / 241 / 520 / 889 steps, so answers buy more than steps past ~500, and 0.7
-# drafted them at 0.445 against 0.424 (benchmarks/RESULTS-archive.md, 2026-12-07 AVX2)
+# 0.428 after 120 / 241 / 520 / 889 steps, so answers buy more than steps past ~500; default runs
+# at 0.7 drafted them at 0.445 and 0.448 against 0.424 and 0.428 at 0.5 (196k answer tokens
+# against 134k; benchmarks/RESULTS-archive.md, 2026-12-07 AVX2)
 DATA_SHARE = 0.7
 END_MARGIN = 0.04
 ANSWER_TOKENS = 192  # the held-out chat answers of SmolLM2-135M average ~100 tokens; few run longer
