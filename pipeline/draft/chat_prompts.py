@@ -4,9 +4,10 @@ A feature draft learns the target's next token from the target's own answers, so
 at is what it was trained on. The research prototype's pool was 75 % Python documentation, code
 and licence text wrapped in instructions and reached 0.36 first-token acceptance on chat prompts;
 this pool is what chat users send (prompt_bank.py's word lists): questions, how-tos, small code
-tasks, rewrites and extractions over short sentences, creative requests, and — once the target
-has answered a few — summaries, rewrites and code explanations of its own earlier answers
-(`recycled`), which costs no extra generation and gives the draft the copying that text tasks need.
+tasks, rewrites and extractions over short sentences, creative requests. `recycled` also makes
+summaries, rewrites and code explanations of the target's own earlier answers (copying, which text
+tasks need); off by default (feature_data.DataSettings.recycle_every): their long prompts cost more
+of a CPU's time than the answers they add bought on chat requests.
 
 Requests on the held-out evaluation topics are filtered out (`HELD_OUT_TOPICS`), and `near_copies`
 lets a caller check a pool against any prompt file.

@@ -26,7 +26,7 @@ class RequestSource(enum.StrEnum):
     mixed = "mixed"  # half of the batches each
 
 
-# share of the batches (other than the recycled ones) whose requests the target writes
+# share of the batches (other than recycled ones, when on) whose requests the target writes
 SELF_SHARE = {RequestSource.builtin: 0.0, RequestSource.target: 1.0, RequestSource.mixed: 0.5}
 
 
