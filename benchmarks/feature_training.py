@@ -40,7 +40,7 @@ def kept_rows(data: Path) -> tuple[list[feature_data.Row], list[feature_data.Row
     """(train, held out) as the run that wrote `data` split them."""
     train: list[feature_data.Row] = []
     heldout: list[feature_data.Row] = []
-    shards = sorted(data.glob("shard_*.pt"))
+    shards = sorted(data.glob(feature_data.SHARD_GLOB))
     if not shards:
         raise SystemExit(f"{data} holds no shard_*.pt: keep a run's answers with `specdec draft --data {data}`")
     for shard in shards:

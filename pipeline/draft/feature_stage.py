@@ -125,7 +125,8 @@ def _prepare_work(config: DraftConfig, fingerprint: str, data_key: str) -> tuple
 
 def _spent_on_shards(work: Path) -> float:
     """Clock seconds the shards already in `work` took (their sidecar records)."""
-    return sum(float(feature_data.read_sidecar(shard).get("seconds", 0.0)) for shard in sorted(work.glob("shard_*.pt")))
+    shards = sorted(work.glob(feature_data.SHARD_GLOB))
+    return sum(float(feature_data.read_sidecar(shard).get("seconds", 0.0)) for shard in shards)
 
 
 def make_feature_draft(config: DraftConfig, progress: Progress | None = None) -> MadeDraft:
