@@ -14,6 +14,7 @@ from specdec.cli.render import human_bytes
 from specdec.pipeline.draft import DraftConfig, make_draft
 from specdec.pipeline.draft.clock import ClockKind
 from specdec.pipeline.draft.config import DraftMethod, RequestSource, default_kind
+from specdec.pipeline.draft.device import DraftDevice
 
 
 def _prompt_mix(batches: dict[str, int] | None) -> str:
@@ -37,7 +38,8 @@ def feature_table(report: dict[str, Any]) -> Table:
                              + (f" ({coverage:.1%} of held-out answer tokens)" if coverage is not None else "")),
         ("parameters stored (the embedding is the target's)", f"{sizes['own_params'] / 1e6:.2f}M "
                                                               f"({human_bytes(sizes['own_bytes'])})"),
-        ("target's answers", f"{data['rows']} rows, {data['answer_tokens']} answer tokens ({data['dtype']})"
+        ("target's answers", f"{data['rows']} rows, {data['answer_tokens']} answer tokens ({data['dtype']}"
+                             f"{', ' + report['device'] if report.get('device') else ''})"
                              + _prompt_mix(data.get("batches_by_prompts"))),
         ("held-out first-token acceptance", f"{quality['alpha1']:.3f} over {quality['positions']} positions"),
         ("acceptance by depth 1-4", " / ".join(f"{a:.2f}" for a in quality["alpha_cond"][:4])),
@@ -127,6 +129,9 @@ def draft(
                                       help="feature: also measure acceptance on the target's answers to these "
                                            "prompts (JSONL with 'text', 'messages' or 'input_ids' lines, as bench "
                                            "reads): your own requests, not the built-in held-out ones."),
+    device: DraftDevice = typer.Option(None, "--device", help="feature: where the target answers and the draft "
+                                                              "trains: auto (a CUDA GPU when torch sees one, else "
+                                                              "the CPU; default), cpu or cuda."),
     steps: int = typer.Option(None, "--steps", help="Distillation steps (with --minutes: at most this many)."),
     samples: int = typer.Option(None, "--samples", help="Rows the target writes to distil on, sampled and as many "
                                                         "greedy continuations (default 512)."),

@@ -19,13 +19,14 @@ from typing import Any
 import torch
 
 
-def chain_mask(length: int, depth: int, dtype: torch.dtype, batch: int) -> torch.Tensor:
+def chain_mask(length: int, depth: int, dtype: torch.dtype, batch: int,
+               device: torch.device | str = "cpu") -> torch.Tensor:
     """Additive mask [batch, 1, length, depth * length] of depth `depth`'s rows over the cache
     (depth 1's rows, then depths 2..depth-1's, then its own)."""
     blocked = torch.finfo(dtype).min
-    mask = torch.full((length, depth * length), blocked, dtype=dtype)
-    mask[:, :length] = torch.triu(torch.full((length, length), blocked, dtype=dtype), diagonal=1)
-    eye = torch.eye(length, dtype=torch.bool)
+    mask = torch.full((length, depth * length), blocked, dtype=dtype, device=device)
+    mask[:, :length] = torch.triu(torch.full((length, length), blocked, dtype=dtype, device=device), diagonal=1)
+    eye = torch.eye(length, dtype=torch.bool, device=device)
     for level in range(1, depth):
         block = mask[:, level * length:(level + 1) * length]
         block[eye] = 0
@@ -40,12 +41,12 @@ def chain(draft: Any, input_ids: torch.Tensor, features: torch.Tensor, depth: in
 
     batch, length = features.shape[:2]
     cache = DynamicCache(config=draft.llama)
-    positions = torch.arange(length, dtype=torch.int64)[None].expand(batch, length)
+    positions = torch.arange(length, dtype=torch.int64, device=features.device)[None].expand(batch, length)
     outputs: list[torch.Tensor] = []
     feature = features
     for level in range(1, depth + 1):
         tokens = input_ids[:, level - 1:level - 1 + length]
-        mask = None if level == 1 else chain_mask(length, level, _mask_dtype(draft, feature), batch)
+        mask = None if level == 1 else chain_mask(length, level, _mask_dtype(draft, feature), batch, feature.device)
         feature = draft.hidden_out(tokens, feature, position_ids=positions + (level - 1), attention_mask=mask,
                                    cache=cache)
         outputs.append(feature)

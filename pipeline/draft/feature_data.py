@@ -7,9 +7,10 @@ batch as they end. Each row keeps the feature the draft will read (the output of
 greedy choice after every prompt position (free: the prefill computes those logits' inputs
 anyway), so prompt positions train the draft too.
 
-Generation dominates a feature draft's budget, so it runs in bfloat16 where the CPU multiplies
-bfloat16 faster than float32 (AMX / AVX512-BF16: measured 1.8-2.4x the tokens per CPU-second,
-`fastest_dtype` probes it), else in float32. bfloat16 greedy text drifts from float32's after some
+Generation dominates a feature draft's budget, so it runs in bfloat16 where the device multiplies
+bfloat16 faster than float32 (CPUs with AMX / AVX512-BF16: measured 1.8-2.4x the tokens per
+CPU-second; GPUs; `fastest_dtype` probes it), else in float32. It runs on the model's device (a GPU
+with `--device`, device.py); the rows come back to the CPU. bfloat16 greedy text drifts from float32's after some
 tens of tokens, but it stays the target's kind of text and every label is that model's own greedy
 choice after the row's prefix; the features differ from float32's in the last bits, about as much
 as a quantized target's do at run time.
@@ -77,24 +78,31 @@ class Row:
     labels: torch.Tensor  # int64 [L - 1]: the target's greedy token after positions 0 .. L - 2
 
 
-def fastest_dtype(hidden: int, intermediate: int, rows: int = 128, repeats: int = 3) -> torch.dtype:
-    """bfloat16 when this CPU multiplies a decode step's shapes faster in it than in float32 (AMX or
-    AVX512-BF16), else float32: without those, bfloat16 matmuls are emulated and slower."""
+def fastest_dtype(hidden: int, intermediate: int, rows: int = 128, repeats: int = 3,
+                  device: torch.device | None = None) -> torch.dtype:
+    """bfloat16 when `device` (default the CPU) multiplies a decode step's shapes faster in it than in
+    float32 (on CPUs: AMX or AVX512-BF16; without those, bfloat16 matmuls are emulated and slower;
+    on GPUs: tensor cores), else float32."""
+    from specdec.pipeline.draft.device import synchronize
+
+    device = device or torch.device("cpu")
     best: dict[torch.dtype, float] = {}
     for dtype in (torch.float32, torch.bfloat16):
-        x = torch.randn(rows, hidden).to(dtype)
-        w = torch.randn(intermediate, hidden).to(dtype)
+        x = torch.randn(rows, hidden, device=device).to(dtype)
+        w = torch.randn(intermediate, hidden, device=device).to(dtype)
         torch.nn.functional.linear(x, w)  # warm-up: packing, lazy initialisation
         times = []
         for _ in range(repeats):
+            synchronize(device)
             began = time.perf_counter()
             for _ in range(4):
                 torch.nn.functional.linear(x, w)
+            synchronize(device)
             times.append(time.perf_counter() - began)
         best[dtype] = min(times)
     choice = torch.bfloat16 if best[torch.bfloat16] < 0.8 * best[torch.float32] else torch.float32
-    log.info("matmul probe: float32 %.2f ms, bfloat16 %.2f ms: generating in %s", best[torch.float32] * 250,
-             best[torch.bfloat16] * 250, choice)
+    log.info("matmul probe on %s: float32 %.3f ms, bfloat16 %.3f ms: generating in %s", device.type,
+             best[torch.float32] * 250, best[torch.bfloat16] * 250, choice)
     return choice
 
 
@@ -109,18 +117,21 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos: set[int], feature_layer: int,
              pad: int, stop: Callable[[], bool] | None = None,
              on_prefilled: Callable[[], None] | None = None) -> list[Row]:
-    """Greedy answers to `prompts` (token ids) in one batch, with features and labels (see Row).
-    `stop()` is asked before every decode step; when it says so the live rows end there.
-    `on_prefilled()` is called once the prompts' pass is done (data_pace times it)."""
+    """Greedy answers to `prompts` (token ids) in one batch, with features and labels (see Row), on
+    the model's device; the rows come back on the CPU. `stop()` is asked before every decode step;
+    when it says so the live rows end there. `on_prefilled()` is called once the prompts' pass is
+    done (data_pace times it)."""
+    device = model_device(model)
     batch, width = len(prompts), max(len(p) for p in prompts)
-    ids = torch.full((batch, width), pad, dtype=torch.int64)
-    mask = torch.zeros(batch, width, dtype=torch.int64)
+    ids = torch.full((batch, width), pad, dtype=torch.int64, device="cpu")
+    mask = torch.zeros(batch, width, dtype=torch.int64, device="cpu")
     for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.int64)
+        ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.int64, device="cpu")
         mask[row, width - len(prompt):] = 1
+    ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(1) - 1).clamp(min=0)
     hidden = int(model.config.hidden_size)
-    features = torch.zeros(batch, width + max_new, hidden, dtype=torch.float16)
+    features = torch.zeros(batch, width + max_new, hidden, dtype=torch.float16, device=device)
     captured: list[torch.Tensor] = []
     hook = decoder_layers(model)[feature_layer].register_forward_hook(
         lambda module, args, output: captured.append(layer_output(output)))
@@ -130,28 +141,32 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
         features[:, :width] = captured.pop().to(torch.float16)
         final = out.last_hidden_state
         prompt_argmax = torch.cat([greedy(model.lm_head(final[:, i:i + _LOGIT_CHUNK]))
-                                   for i in range(0, width, _LOGIT_CHUNK)], dim=1)
-        following = prompt_argmax[:, -1]
+                                   for i in range(0, width, _LOGIT_CHUNK)], dim=1).cpu()
+        following = prompt_argmax[:, -1].to(device)
         if on_prefilled is not None:
             on_prefilled()
-        live = torch.arange(batch)  # original row of each cache row
+        live = torch.arange(batch, device=device)  # original row of each cache row
+        live_rows = list(range(batch))
         answers: list[list[int]] = [[] for _ in range(batch)]
-        finished = torch.zeros(batch, dtype=torch.bool)
+        finished = [False] * batch
         position = positions[:, -1] + 1
         for step in range(max_new):
             halt = step + 1 >= max_new or (stop is not None and stop())
-            for slot, row in enumerate(live.tolist()):
+            # one transfer a step: a GPU would otherwise wait on every row's token
+            for row, token in zip(live_rows, following.tolist(), strict=True):
                 if not finished[row]:
-                    answers[row].append(int(following[slot]))
-                    finished[row] = halt or int(following[slot]) in eos
-            running = ~finished[live]
-            if not bool(running.any()):
+                    answers[row].append(token)
+                    finished[row] = halt or token in eos
+            running = [not finished[row] for row in live_rows]
+            if not any(running):
                 break
-            if int((~running).sum()) * 8 >= len(live):  # compact: finished rows would cost a cache row each
-                keep = running.nonzero().flatten()
+            if running.count(False) * 8 >= len(live_rows):  # compact: finished rows would cost a cache row each
+                kept = [slot for slot, alive in enumerate(running) if alive]
+                keep = torch.tensor(kept, dtype=torch.int64, device=device)
                 cache.batch_select_indices(keep)
                 live, mask, following, position = live[keep], mask[keep], following[keep], position[keep]
-            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=mask.dtype)], dim=1)
+                live_rows = [live_rows[slot] for slot in kept]
+            mask = torch.cat([mask, torch.ones(len(live_rows), 1, dtype=mask.dtype, device=device)], dim=1)
             out = model.model(input_ids=following[:, None], attention_mask=mask, position_ids=position[:, None],
                               cache=cache, use_cache=True)
             features[live, width + step] = captured.pop()[:, 0].to(torch.float16)
@@ -159,17 +174,24 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
             position = position + 1
     finally:
         hook.remove()
+    features = features.cpu()
     rows = []
     for row, prompt in enumerate(prompts):
         answer = answers[row]
         if not answer:
             continue
-        full = torch.tensor(list(prompt) + answer, dtype=torch.int64)
+        full = torch.tensor(list(prompt) + answer, dtype=torch.int64, device="cpu")
         start = width - len(prompt)
         feats = features[row, start:width + len(answer) - 1].clone()
         labels = torch.cat([prompt_argmax[row, start:], full[len(prompt) + 1:]])
         rows.append(Row(ids=full, prompt_len=len(prompt), features=feats, labels=labels))
     return rows
+
+
+def model_device(model: Any) -> torch.device:
+    """The device `model`'s weights are on."""
+    device: torch.device = next(model.parameters()).device
+    return device
 
 
 def encode_chat(tokenizer: Any, prompt: str, max_prompt: int) -> list[int]:

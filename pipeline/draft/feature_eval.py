@@ -30,30 +30,33 @@ TOPK = (1, 2, 4, 8)
 
 @torch.no_grad()
 def match_table(draft: Any, row: Row, depth: int, bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """(match [T, depth] bool, rank of the target's token at depth 1 [T]) for one row."""
+    """(match [T, depth] bool, rank of the target's token at depth 1 [T]) for one row, drafted on the
+    draft's device, returned on the CPU."""
+    device = draft.fc.weight.device
     count = len(row.labels)
-    input_ids = torch.zeros(1, count + depth - 1, dtype=torch.int64)
-    input_ids[0, :count] = row.ids[:count]
-    features = torch.zeros(1, count, row.features.shape[-1])
-    features[0, 1:] = row.features[:count - 1].float()
-    context = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else torch.autocast("cpu", enabled=False)
+    input_ids = torch.zeros(1, count + depth - 1, dtype=torch.int64, device=device)
+    input_ids[0, :count] = row.ids[:count].to(device)
+    features = torch.zeros(1, count, row.features.shape[-1], device=device)
+    features[0, 1:] = row.features[:count - 1].to(device).float()
+    context = torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16)
     with context:
         outputs = [draft.lm_head(draft.model.norm(h))[0].float() for h in chain(draft, input_ids, features, depth)]
     vocab = draft.vocab
-    labels = torch.full((count + depth - 1,), -1, dtype=torch.int64)
-    labels[:count] = row.labels
-    match = torch.zeros(count, depth, dtype=torch.bool)
+    row_labels = row.labels.to(device)
+    labels = torch.full((count + depth - 1,), -1, dtype=torch.int64, device=device)
+    labels[:count] = row_labels
+    match = torch.zeros(count, depth, dtype=torch.bool, device=device)
     for level, logits in enumerate(outputs, start=1):
         guess = vocab[logits.argmax(-1)]
         match[:, level - 1] = guess == labels[level - 1:level - 1 + count]
     first = outputs[0]
-    inside = torch.isin(row.labels, vocab)
-    index = torch.searchsorted(vocab, row.labels.clamp(max=int(vocab[-1])))
+    inside = torch.isin(row_labels, vocab)
+    index = torch.searchsorted(vocab, row_labels.clamp(max=int(vocab[-1])))
     index = index.clamp(max=len(vocab) - 1)
     target_logit = first.gather(-1, index[:, None])[:, 0]
     rank = (first > target_logit[:, None]).sum(-1)
     rank = torch.where(inside, rank, torch.full_like(rank, 10**9))
-    return match, rank
+    return match.cpu(), rank.cpu()
 
 
 def evaluate(draft: Any, rows: Sequence[Row], depth: int = 5, bf16: bool = False) -> dict[str, Any]:
@@ -71,7 +74,7 @@ def evaluate(draft: Any, rows: Sequence[Row], depth: int = 5, bf16: bool = False
         if count - first < 1:
             continue
         match, rank = match_table(draft, row, depth, bf16)
-        valid = torch.zeros(count, depth, dtype=torch.bool)
+        valid = torch.zeros(count, depth, dtype=torch.bool, device="cpu")
         for level in range(depth):
             valid[first:count - level, level] = True
         alpha_num += int((match[:, 0] & valid[:, 0]).sum())

@@ -33,7 +33,7 @@ class _HeadLoss(torch.autograd.Function):
                 stats: list[float]) -> torch.Tensor:
         grad = torch.empty_like(normed)
         weight = head.to(dtype)
-        total = torch.zeros((), dtype=torch.float32)
+        total = torch.zeros((), dtype=torch.float32, device=normed.device)
         ce = hits = 0.0
         with torch.no_grad():
             for start in range(0, normed.shape[0], CHUNK):

@@ -202,9 +202,10 @@ def layer_output(output: Any) -> torch.Tensor:
     return tensor
 
 
-def additive_causal_mask(q: int, past: int, dtype: torch.dtype, batch: int = 1) -> torch.Tensor:
+def additive_causal_mask(q: int, past: int, dtype: torch.dtype, batch: int = 1,
+                         device: torch.device | str = "cpu") -> torch.Tensor:
     """[batch, 1, q, past + q]: 0 where visible (the past and the causal prefix), finfo.min elsewhere."""
-    mask = torch.full((q, past + q), torch.finfo(dtype).min, dtype=dtype)
+    mask = torch.full((q, past + q), torch.finfo(dtype).min, dtype=dtype, device=device)
     mask[:, :past] = 0
     mask[:, past:] = torch.triu(mask[:, past:], diagonal=1)
     return mask[None, None].expand(batch, 1, q, past + q)
@@ -304,9 +305,9 @@ class FeatureDraft(torch.nn.Module):
             embedded, feature = self.embed_norm(embedded), self.feature_norm(feature)
         x: torch.Tensor = self.fc(torch.cat([embedded, feature], dim=-1))
         if position_ids is None:
-            position_ids = torch.arange(past, past + q, dtype=torch.int64).unsqueeze(0).expand(batch, q)
+            position_ids = torch.arange(past, past + q, dtype=torch.int64, device=x.device)[None].expand(batch, q)
         if attention_mask is None:
-            attention_mask = additive_causal_mask(q, past, x.dtype, batch)
+            attention_mask = additive_causal_mask(q, past, x.dtype, batch, x.device)
         embeddings = self.model.rotary_emb(x, position_ids)
         for layer in self.model.layers:
             x = layer_output(layer(x, attention_mask=attention_mask, position_ids=position_ids,

@@ -29,6 +29,7 @@ from typing import Any
 
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.checkpoints.source import CheckpointSource
+from specdec.pipeline.draft import device as draft_device
 from specdec.pipeline.draft import feature_data, feature_eval, feature_train, report, self_prompts
 from specdec.pipeline.draft.clock import Clock, ClockKind
 from specdec.pipeline.draft.config import SELF_SHARE, DraftConfig, MadeDraft, RequestSource
@@ -119,7 +120,7 @@ def _prepare_work(config: DraftConfig, fingerprint: str, data_key: str) -> tuple
     if config.resume and checkpoint.is_file():
         import torch
 
-        resume = torch.load(checkpoint, weights_only=False)
+        resume = torch.load(checkpoint, weights_only=False, map_location="cpu")  # train() moves it to its device
     return work, resume
 
 
@@ -148,6 +149,11 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     eval_items = load_prompts(config.eval_prompts) if config.eval_prompts is not None else None
     train_items = load_prompts(config.train_prompts) if config.train_prompts is not None else None
     layers = config.layers or 1
+    device = draft_device.resolve(config.device)  # before any weight is read: `cuda` without one is refused
+    if device.type != "cpu" and config.clock is ClockKind.cpu:
+        raise InputError(f"{setting('clock')} cpu counts this process's CPU time, not the GPU's "
+                         f"({draft_device.describe(device)})",
+                         f"drop {setting('clock')} (wall time), or pass {setting('device')} cpu")
     threads = config.threads or default_threads()
     torch.set_num_threads(threads)
     clock = Clock(config.clock or ClockKind.wall, threads)  # loading the target counts against the budget
@@ -167,7 +173,8 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
                             option="train_prompts") if train_items is not None else [])
     _warn_shared(train_ids, eval_ids)
     data_key = hashlib.sha256(json.dumps(_data_record(config, settings), sort_keys=True).encode()).hexdigest()
-    fingerprint = _fingerprint(source, config.record() | {"data": data_key})  # --resume: the same requests too
+    # --resume: the same requests too, and the same device (a GPU's arithmetic is not the CPU's)
+    fingerprint = _fingerprint(source, config.record() | {"data": data_key, "device": device.type})
     work, resume = _prepare_work(config, fingerprint, data_key)
     clock.offset = _spent_on_shards(work)  # what an interrupted run spent on the answers it kept
     budget_s = config.budget_minutes * 60 if config.budget_minutes is not None else None
@@ -175,8 +182,9 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
 
     user_text = (read_tokens(config.calib, lambda text: tokenizer.encode(text, add_special_tokens=False),
                              int(target_config.vocab_size)) if config.calib else None)
-    dtype = feature_data.fastest_dtype(int(target_config.hidden_size), int(target_config.intermediate_size))
-    generator = target if dtype == torch.float32 else copy.deepcopy(target).to(dtype)
+    dtype = feature_data.fastest_dtype(int(target_config.hidden_size), int(target_config.intermediate_size),
+                                       device=device)
+    generator = _runner(target, device, dtype)
     prompts = config.max_prompts or (None if budget_s is not None else PROMPTS_WITHOUT_BUDGET)
     batch = min(settings.batch, prompts) if prompts else settings.batch
     settings = feature_data.DataSettings(**{**settings.__dict__, "batch": batch})
@@ -191,17 +199,19 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     if not corpus.train:
         raise InputError("the target wrote no answer to train on (every answer ended at once)",
                          f"give more {setting('minutes')} or text with {setting('calib')}")
-    log.info("data: %d batches, %d answer + %d prompt tokens, %.0f s (%s)", corpus.batches,
-             corpus.generated_tokens, corpus.prompt_tokens, corpus.seconds, dtype)
+    log.info("data: %d batches, %d answer + %d prompt tokens, %.0f s (%s on %s)", corpus.batches,
+             corpus.generated_tokens, corpus.prompt_tokens, corpus.seconds, dtype, device)
     eval_rows: list[feature_data.Row] = []
     if eval_ids is not None:
         # float32, as the bundle's target decodes: bfloat16 answers and features measured lower
         # acceptance (0.363 against 0.404 on the SmolLM2 demo's requests, docs/draft.md)
         began = clock()
+        evaluator = _runner(target, device, torch.float32)
         with torch.no_grad():
-            eval_rows = feature_data.answer_all(target, tokenizer, eval_ids, settings, feature_layer=feature_layer,
-                                                progress=progress, description="the target answers your "
-                                                                               "evaluation prompts")
+            eval_rows = feature_data.answer_all(evaluator, tokenizer, eval_ids, settings,
+                                                feature_layer=feature_layer, progress=progress,
+                                                description="the target answers your evaluation prompts")
+        del evaluator
         phases["eval_prompts_s"] = clock() - began
 
     eos = feature_data.eos_ids(target, tokenizer)
@@ -211,7 +221,8 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
         frequent_vocab(seen, vocab_size, int(target_config.vocab_size), always=tuple(sorted(eos)))
     draft = FeatureDraft.from_target(target, layers=layers, draft_vocab=vocab, seed=config.seed, input_norms=True,
                                      feature_layer=feature_layer)
-    feature_train.init_for_training(draft, config.seed)
+    feature_train.init_for_training(draft, config.seed)  # on the CPU: the same start on any device
+    draft.to(device)
     bf16 = dtype == torch.bfloat16
     train_settings = feature_train.TrainSettings(lr=config.lr, seed=config.seed, steps=config.steps, bf16=bf16)
     train_deadline = budget_s * (1 - END_MARGIN) if budget_s is not None else None
@@ -231,6 +242,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
         on_prompts = (feature_eval.evaluate(draft, eval_rows, depth=EVAL_DEPTH) | {"file": str(config.eval_prompts)}
                       if config.eval_prompts is not None else None)
     phases["eval_s"] = clock() - began
+    draft.cpu()  # the files, and what the report measures below, are read from the CPU
     coverage = _coverage(draft.vocab, corpus.heldout)
     result: dict[str, Any] = {
         "kind": "feature", "target": source.path, "config": config.record(),
@@ -245,7 +257,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
                  "dtype": str(dtype).removeprefix("torch."), "seconds": round(corpus.seconds, 1),
                  "kept": str(config.data) if config.data else None},
         "training": {**train_settings.record(), "steps": trained.step, "planned_steps": trained.total},
-        "clock": str(config.clock or ClockKind.wall), "threads": threads,
+        "clock": str(config.clock or ClockKind.wall), "threads": threads, "device": draft_device.describe(device),
         "phases_s": {k: round(v, 1) for k, v in phases.items()},
         "minutes": clock() / 60, "wall_minutes": (time.time() - wall_began) / 60,
         "budget_minutes": config.budget_minutes,
@@ -260,6 +272,16 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     else:
         checkpoint_path.unlink(missing_ok=True)
     return MadeDraft(path=path, report=result)
+
+
+def _runner(target: Any, device: Any, dtype: Any) -> Any:
+    """The target as it answers on `device` in `dtype`: itself on the CPU in float32 (its weights stay
+    on the CPU, where the draft is made from them), else a copy."""
+    import torch
+
+    if device.type == "cpu" and dtype == torch.float32:
+        return target
+    return copy.deepcopy(target).to(device=device, dtype=dtype)
 
 
 def prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: int,

@@ -100,8 +100,8 @@ class Batch:
 
 def vocab_index(vocab: torch.Tensor, size: int) -> torch.Tensor:
     """target id -> draft row (-1 when the draft's head lacks it)."""
-    index = torch.full((size,), -1, dtype=torch.int64)
-    index[vocab] = torch.arange(len(vocab))
+    index = torch.full((size,), -1, dtype=torch.int64, device="cpu")
+    index[vocab.cpu()] = torch.arange(len(vocab), device="cpu")
     return index
 
 
@@ -130,11 +130,12 @@ def collate(rows: Sequence[Row], index: Sequence[int], vocab_map: torch.Tensor, 
     length = max(min(settings.max_len, len(r.labels)) for r in picked)
     hidden = picked[0].features.shape[-1]
     b = len(picked)
-    input_ids = torch.zeros(b, length + extra, dtype=torch.int64)
-    features_in = torch.zeros(b, length, hidden)
-    features_out = torch.zeros(b, length + extra, hidden)
-    labels = torch.full((b, length + extra), -1, dtype=torch.int64)
-    weights = torch.zeros(b, length + extra)
+    # assembled on the CPU, where the rows are; train() moves the batch to the draft's device
+    input_ids = torch.zeros(b, length + extra, dtype=torch.int64, device="cpu")
+    features_in = torch.zeros(b, length, hidden, device="cpu")
+    features_out = torch.zeros(b, length + extra, hidden, device="cpu")
+    labels = torch.full((b, length + extra), -1, dtype=torch.int64, device="cpu")
+    weights = torch.zeros(b, length + extra, device="cpu")
     for slot, row in enumerate(picked):
         count = len(row.labels)
         start = max(0, count - settings.max_len)  # keep the answer: the tail
@@ -151,12 +152,18 @@ def collate(rows: Sequence[Row], index: Sequence[int], vocab_map: torch.Tensor, 
     return Batch(input_ids, features_in, features_out, labels, weights)
 
 
+def to_device(batch: Batch, device: torch.device) -> Batch:
+    return Batch(*(getattr(batch, name).to(device, non_blocking=True)
+                   for name in ("input_ids", "features_in", "features_out", "labels", "weights")))
+
+
 def noisy(features: torch.Tensor, share: float, seed: int, step: int) -> torch.Tensor:
     """`features` plus Gaussian noise of std `share` × each row's mean absolute value, drawn from a generator seeded
     by (seed, step) so a resumed run draws what the uninterrupted one did."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)  # the CPU's: the same noise on any device
     scale = features.abs().mean(-1, keepdim=True)
-    return features + torch.randn(features.shape, generator=generator) * (share * scale)
+    noise = torch.randn(features.shape, generator=generator, device="cpu").to(features.device)
+    return features + noise * (share * scale)
 
 
 def losses(draft: Any, head: torch.Tensor, batch: Batch,
@@ -164,10 +171,10 @@ def losses(draft: Any, head: torch.Tensor, batch: Batch,
     """The weighted loss of a batch and its parts (per depth: ce, feature, top-1 accuracy). The head's
     terms are formed chunk by chunk (feature_loss.py); padding rows (weight 0) are left out."""
     length = batch.features_in.shape[1]
-    total = torch.zeros(())
+    total = torch.zeros((), device=batch.features_in.device)
     stats: dict[str, float] = {}
     dtype = torch.bfloat16 if settings.bf16 else torch.float32
-    with _autocast(settings.bf16):
+    with _autocast(settings.bf16, batch.features_in.device.type):
         outputs = chain(draft, batch.input_ids, batch.features_in, settings.depth)
     for level, hidden in enumerate(outputs, start=1):
         shift = level - 1
@@ -192,8 +199,8 @@ def losses(draft: Any, head: torch.Tensor, batch: Batch,
     return total, stats
 
 
-def _autocast(bf16: bool) -> AbstractContextManager[Any]:
-    return torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else nullcontext()
+def _autocast(bf16: bool, device_type: str = "cpu") -> AbstractContextManager[Any]:
+    return torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
 
 def trainable(draft: Any) -> list[torch.nn.Parameter]:
@@ -211,11 +218,12 @@ def init_for_training(draft: Any, seed: int) -> None:
     """fc starts as a pass-through of the (normed) feature: at step 0 the layer sees the target's
     feature, which already predicts the next-but-one token better than noise; the residual
     projections are scaled by 1/sqrt(2) for the layer's two residual branches (GPT-2's init)."""
-    generator = torch.Generator().manual_seed(seed + 1)
+    generator = torch.Generator().manual_seed(seed + 1)  # the CPU's: the same start on any device
     hidden = draft.config.hidden_size
+    device = draft.fc.weight.device
     with torch.no_grad():
-        draft.fc.weight.copy_(torch.randn(draft.fc.weight.shape, generator=generator) * 0.02)
-        draft.fc.weight[:, hidden:] += torch.eye(hidden)
+        draft.fc.weight.copy_(torch.randn(draft.fc.weight.shape, generator=generator, device="cpu") * 0.02)
+        draft.fc.weight[:, hidden:] += torch.eye(hidden, device=device)
         for layer in draft.model.layers:
             layer.self_attn.o_proj.weight.mul_(1 / math.sqrt(2))
             layer.mlp.down_proj.weight.mul_(1 / math.sqrt(2))
@@ -237,8 +245,10 @@ class TrainState:
 def train(draft: Any, rows: Sequence[Row], settings: TrainSettings, *, clock: Callable[[], float],
           deadline: float | None, progress: Progress, checkpoint: Callable[[dict[str, Any]], None] | None = None,
           checkpoint_s: float = 180.0, resume: dict[str, Any] | None = None) -> TrainState:
-    """Train `draft` in place until its fixed step count (from the budget or `settings.steps`)."""
+    """Train `draft` in place, on its device, until its fixed step count (from the budget or
+    `settings.steps`). Batches are assembled on the CPU from `rows` and moved there."""
     torch.manual_seed(settings.seed)
+    device = draft.fc.weight.device
     params = trainable(draft)
     head = draft.lm_head.weight.detach()
     vocab_map = vocab_index(draft.vocab, draft.config.target_vocab_size)
@@ -271,6 +281,7 @@ def train(draft: Any, rows: Sequence[Row], settings: TrainSettings, *, clock: Ca
             batch = collate(rows, order[cursor], vocab_map, settings)
             if settings.feature_noise > 0:
                 batch.features_in = noisy(batch.features_in, settings.feature_noise, settings.seed, state.step)
+            batch = to_device(batch, device)
             cursor += 1
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(state.step, state.total or 10**9, settings)

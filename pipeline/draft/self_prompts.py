@@ -65,23 +65,25 @@ def clean(texts: Iterable[str]) -> list[str]:
 def write_requests(model: Any, tokenizer: Any, start: list[int], count: int, *, seed: int,
                    stop_ids: set[int]) -> list[str]:
     """`count` sampled user turns (fewer after `clean`), deterministic for `seed` on one machine."""
-    generator = torch.Generator().manual_seed(seed)
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)  # the CPU's: the same requests whatever the device
     cache = decode_cache.preallocated(model, len(start) + MAX_TOKENS)
-    ids = torch.tensor([start] * count, dtype=torch.int64)
+    ids = torch.tensor([start] * count, dtype=torch.int64, device=device)
     out = model.model(input_ids=ids, cache=cache, use_cache=True)
-    written = torch.zeros(count, 0, dtype=torch.int64)
-    done = torch.zeros(count, dtype=torch.bool)
-    stops = torch.tensor(sorted(stop_ids), dtype=torch.int64)
+    written = torch.zeros(count, 0, dtype=torch.int64, device="cpu")
+    done = torch.zeros(count, dtype=torch.bool, device="cpu")
+    stops = torch.tensor(sorted(stop_ids), dtype=torch.int64, device="cpu")
     for _ in range(MAX_TOKENS):
         logits = model.lm_head(out.last_hidden_state[:, -1]).float() / TEMPERATURE
         top = logits.topk(min(TOP_K, logits.shape[-1]), dim=-1)
-        pick = torch.multinomial(top.values.softmax(-1), 1, generator=generator)
-        following = top.indices.gather(1, pick)[:, 0]
+        values, indices = top.values.cpu(), top.indices.cpu()
+        pick = torch.multinomial(values.softmax(-1), 1, generator=generator)
+        following = indices.gather(1, pick)[:, 0]
         written = torch.cat([written, following[:, None]], dim=1)
         done |= torch.isin(following, stops)
         if bool(done.all()):
             break
-        out = model.model(input_ids=following[:, None], cache=cache, use_cache=True)
+        out = model.model(input_ids=following[:, None].to(device), cache=cache, use_cache=True)
     texts = []
     for row in written.tolist():
         ended = next((i for i, token in enumerate(row) if token in stop_ids), len(row))

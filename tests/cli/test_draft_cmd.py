@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from specdec.cli.app import app
@@ -24,6 +25,9 @@ runner = CliRunner()
     (["--calib", "missing.txt"], "--calib"),
     (["--eval-prompts", "missing.jsonl"], "--eval-prompts"),
     (["--kind", "pruned", "--eval-prompts", "missing.jsonl"], "--eval-prompts"),
+    (["--kind", "pruned", "--device", "cpu"], "--device"),
+    pytest.param(["--device", "cuda"], "--device cuda",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU here")),
 ])
 def test_bad_options_are_one_line(args: list[str], flag: str, tmp_path: Path) -> None:
     out = tmp_path / "draft"

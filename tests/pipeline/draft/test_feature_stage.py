@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from specdec.pipeline.draft import DraftConfig, feature_data, feature_eval, make_draft
 from specdec.pipeline.draft.clock import ClockKind
 from specdec.pipeline.draft.config import DraftMethod, RequestSource
+from specdec.pipeline.draft.device import DraftDevice
 from specdec.pipeline.draft.feature_model import FeatureDraft
 from specdec.pipeline.draft.feature_stage import EVAL_DEPTH, prompt_ids, work_dir
 from specdec.pipeline.errors import InputError, UnsupportedModelError
@@ -49,6 +50,7 @@ def test_the_draft_loads_on_the_targets_embedding_and_reports_itself(target: Pat
     assert report["sizes"]["own_params"] == draft.own_parameters()
     assert set(report["files"]) == {p.name for p in made.iterdir()}
     assert not work_dir(made).exists()  # the answers and checkpoint go once the draft is written
+    assert report["device"] == "cpu" or torch.cuda.is_available()  # auto: the CPU where torch sees no GPU
 
 
 class _Interrupt:
@@ -126,6 +128,25 @@ def test_options_of_the_other_kind_are_refused(target: Path, tmp_path: Path) -> 
         DraftConfig(target=str(target), output=tmp_path / "d", kind=DraftMethod.feature, ffn=64)
     with pytest.raises(InputError, match="only apply to kind feature"):
         DraftConfig(target=str(target), output=tmp_path / "d", vocab_size=64)
+    with pytest.raises(InputError, match="only apply to kind feature"):
+        DraftConfig(target=str(target), output=tmp_path / "d", kind=DraftMethod.pruned, device=DraftDevice.cpu)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU here")
+def test_cuda_without_a_gpu_is_refused_before_loading(target: Path, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="sees no CUDA GPU"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=1, device=DraftDevice.cuda, **SMALL))
+    assert not (tmp_path / "d").exists() and not work_dir(tmp_path / "d").exists()
+
+
+def test_the_cpu_clock_is_refused_on_a_gpu(target: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from specdec.pipeline.draft import feature_stage
+
+    monkeypatch.setattr(feature_stage.draft_device, "resolve", lambda choice: torch.device("cuda", 0))
+    monkeypatch.setattr(feature_stage.draft_device, "describe", lambda device: "cuda:0 (a GPU the test names)")
+    with pytest.raises(InputError, match="counts this process's CPU time, not the GPU's"):
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=1, clock=ClockKind.cpu, **SMALL))
+    assert not (tmp_path / "d").exists()
 
 
 def test_an_unsupported_target_is_refused_before_loading(tmp_path: Path) -> None:

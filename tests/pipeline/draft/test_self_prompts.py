@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from support.placement import unplaced_tensors_on_meta
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from specdec.pipeline.draft import feature_data, self_prompts
@@ -51,6 +52,8 @@ def test_requests_are_seeded_and_leave_the_global_random_state(model, chat_token
     assert first == self_prompts.write_requests(model, chat_tokenizer, start, 6, seed=4, stop_ids={0})
     assert first != self_prompts.write_requests(model, chat_tokenizer, start, 6, seed=5, stop_ids={0})
     assert 0 < len(first) <= 6 and all(t == t.strip() and len(t) >= 12 for t in first)
+    with unplaced_tensors_on_meta():  # every tensor placed: what lets a GPU write them (device.py)
+        assert first == self_prompts.write_requests(model, chat_tokenizer, start, 6, seed=4, stop_ids={0})
 
 
 @pytest.mark.parametrize("arch", SUPPORTED)
