@@ -129,9 +129,10 @@ def draft(
                                       help="feature: also measure acceptance on the target's answers to these "
                                            "prompts (JSONL with 'text', 'messages' or 'input_ids' lines, as bench "
                                            "reads): your own requests, not the built-in held-out ones."),
-    device: DraftDevice = typer.Option(None, "--device", help="feature: where the target answers and the draft "
-                                                              "trains: auto (a CUDA GPU when torch sees one, else "
-                                                              "the CPU; default), cpu or cuda."),
+    torch_device: DraftDevice = typer.Option(None, "--torch-device",
+                                             help="feature: where the target answers and the draft trains: auto "
+                                                  "(a CUDA GPU when torch sees one, else the CPU; default), cpu "
+                                                  "or cuda."),
     steps: int = typer.Option(None, "--steps", help="Distillation steps (with --minutes: at most this many)."),
     samples: int = typer.Option(None, "--samples", help="Rows the target writes to distil on, sampled and as many "
                                                         "greedy continuations (default 512)."),

@@ -34,7 +34,7 @@ SELF_SHARE = {RequestSource.builtin: 0.0, RequestSource.target: 1.0, RequestSour
 # options that only one kind reads: given to the other, they are an error, not ignored
 _KIND_OPTIONS = {DraftMethod.pruned: ("size", "heads", "ffn"),
                  DraftMethod.feature: ("clock", "vocab_size", "max_prompts", "answer_tokens", "data", "eval_prompts",
-                                         "requests", "train_prompts", "device")}
+                                         "requests", "train_prompts", "torch_device")}
 
 
 def default_kind(given: dict[str, Any]) -> DraftMethod:
@@ -81,7 +81,7 @@ class DraftConfig:
     # a prompts file (JSONL, as bench reads) the report's acceptance is also measured on: the target answers
     # it greedily and the draft drafts along those answers. Not in record(): it does not decide the weights.
     eval_prompts: Path | None = None
-    device: DraftDevice | None = None  # where the answers, training and evaluation run (default auto: a GPU if any)
+    torch_device: DraftDevice | None = None  # where the answers, training and evaluation run (default auto)
 
     def __post_init__(self) -> None:
         for kind, keys in _KIND_OPTIONS.items():

@@ -4,7 +4,7 @@ The target's answers are most of a feature draft's budget, and a GPU makes them 
 magnitude faster than a 2-core CPU, so `auto` (the default) takes it. Everything the stages keep
 between steps (the answers' shards, the draft's checkpoint and files) stays on the CPU: a run made on
 a GPU resumes on one, and its outputs read anywhere. torch is imported inside the functions: the CLI
-imports this module to parse `--device`.
+imports this module to parse `--torch-device`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def resolve(choice: DraftDevice | None) -> Any:
     available = torch.cuda.is_available()
     if choice is DraftDevice.cuda and not available:
         build = f"a build with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        raise InputError(f"{setting('device')} cuda: torch {torch.__version__} ({build}) sees no CUDA GPU",
+        raise InputError(f"{setting('torch_device')} cuda: torch {torch.__version__} ({build}) sees no CUDA GPU",
                          f"install a CUDA build of torch on a machine with an NVIDIA GPU, or pass "
-                         f"{setting('device')} cpu")
+                         f"{setting('torch_device')} cpu")
     if choice is DraftDevice.cpu or not available:
         return torch.device("cpu")
     return torch.device("cuda", torch.cuda.current_device())

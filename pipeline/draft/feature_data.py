@@ -10,10 +10,10 @@ anyway), so prompt positions train the draft too.
 Generation dominates a feature draft's budget, so it runs in bfloat16 where the device multiplies
 bfloat16 faster than float32 (CPUs with AMX / AVX512-BF16: measured 1.8-2.4x the tokens per
 CPU-second; GPUs; `fastest_dtype` probes it), else in float32. It runs on the model's device (a GPU
-with `--device`, device.py); the rows come back to the CPU. bfloat16 greedy text drifts from float32's after some
-tens of tokens, but it stays the target's kind of text and every label is that model's own greedy
-choice after the row's prefix; the features differ from float32's in the last bits, about as much
-as a quantized target's do at run time.
+with `--torch-device`, device.py); the rows come back to the CPU. bfloat16 greedy text drifts from
+float32's after some tens of tokens, but it stays the target's kind of text and every label is that
+model's own greedy choice after the row's prefix; the features differ from float32's in the last
+bits, about as much as a quantized target's do at run time.
 
 Batches are written as shards (`shard_NNNN.pt`) into a work directory as they finish, so an
 interrupted run resumes after the last one; a batch still running at the deadline stops there,

@@ -149,11 +149,11 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     eval_items = load_prompts(config.eval_prompts) if config.eval_prompts is not None else None
     train_items = load_prompts(config.train_prompts) if config.train_prompts is not None else None
     layers = config.layers or 1
-    device = draft_device.resolve(config.device)  # before any weight is read: `cuda` without one is refused
+    device = draft_device.resolve(config.torch_device)  # before any weight is read: `cuda` without one is refused
     if device.type != "cpu" and config.clock is ClockKind.cpu:
         raise InputError(f"{setting('clock')} cpu counts this process's CPU time, not the GPU's "
                          f"({draft_device.describe(device)})",
-                         f"drop {setting('clock')} (wall time), or pass {setting('device')} cpu")
+                         f"drop {setting('clock')} (wall time), or pass {setting('torch_device')} cpu")
     threads = config.threads or default_threads()
     torch.set_num_threads(threads)
     clock = Clock(config.clock or ClockKind.wall, threads)  # loading the target counts against the budget

@@ -25,8 +25,8 @@ runner = CliRunner()
     (["--calib", "missing.txt"], "--calib"),
     (["--eval-prompts", "missing.jsonl"], "--eval-prompts"),
     (["--kind", "pruned", "--eval-prompts", "missing.jsonl"], "--eval-prompts"),
-    (["--kind", "pruned", "--device", "cpu"], "--device"),
-    pytest.param(["--device", "cuda"], "--device cuda",
+    (["--kind", "pruned", "--torch-device", "cpu"], "--torch-device"),
+    pytest.param(["--torch-device", "cuda"], "--torch-device cuda",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU here")),
 ])
 def test_bad_options_are_one_line(args: list[str], flag: str, tmp_path: Path) -> None:

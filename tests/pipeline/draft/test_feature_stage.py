@@ -129,13 +129,14 @@ def test_options_of_the_other_kind_are_refused(target: Path, tmp_path: Path) -> 
     with pytest.raises(InputError, match="only apply to kind feature"):
         DraftConfig(target=str(target), output=tmp_path / "d", vocab_size=64)
     with pytest.raises(InputError, match="only apply to kind feature"):
-        DraftConfig(target=str(target), output=tmp_path / "d", kind=DraftMethod.pruned, device=DraftDevice.cpu)
+        DraftConfig(target=str(target), output=tmp_path / "d", kind=DraftMethod.pruned, torch_device=DraftDevice.cpu)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="torch sees a GPU here")
 def test_cuda_without_a_gpu_is_refused_before_loading(target: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="sees no CUDA GPU"):
-        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=1, device=DraftDevice.cuda, **SMALL))
+        make_draft(DraftConfig(target=str(target), output=tmp_path / "d", steps=1, torch_device=DraftDevice.cuda,
+                               **SMALL))
     assert not (tmp_path / "d").exists() and not work_dir(tmp_path / "d").exists()
 
 
