@@ -37,6 +37,11 @@ def resolve(choice: DraftDevice | None) -> Any:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def model_device(model: Any) -> Any:
+    """The torch.device `model`'s weights are on (where its inputs must be made)."""
+    return next(model.parameters()).device
+
+
 def synchronize(device: Any) -> None:
     """Wait for the work queued on `device` (CUDA runs asynchronously): before a clock reading."""
     import torch

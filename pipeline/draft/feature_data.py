@@ -38,6 +38,7 @@ import torch
 
 from specdec.pipeline.draft import chat_prompts, decode_cache, self_prompts
 from specdec.pipeline.draft.data_pace import BatchPace, prompt_cells, too_late
+from specdec.pipeline.draft.device import model_device, synchronize
 from specdec.pipeline.draft.feature_model import decoder_layers, layer_output
 from specdec.pipeline.errors import InputError
 from specdec.pipeline.progress import Progress
@@ -83,8 +84,6 @@ def fastest_dtype(hidden: int, intermediate: int, rows: int = 128, repeats: int 
     """bfloat16 when `device` (default the CPU) multiplies a decode step's shapes faster in it than in
     float32 (on CPUs: AMX or AVX512-BF16; without those, bfloat16 matmuls are emulated and slower;
     on GPUs: tensor cores), else float32."""
-    from specdec.pipeline.draft.device import synchronize
-
     device = device or torch.device("cpu")
     best: dict[torch.dtype, float] = {}
     for dtype in (torch.float32, torch.bfloat16):
@@ -186,12 +185,6 @@ def generate(model: Any, prompts: Sequence[Sequence[int]], *, max_new: int, eos:
         labels = torch.cat([prompt_argmax[row, start:], full[len(prompt) + 1:]])
         rows.append(Row(ids=full, prompt_len=len(prompt), features=feats, labels=labels))
     return rows
-
-
-def model_device(model: Any) -> torch.device:
-    """The device `model`'s weights are on."""
-    device: torch.device = next(model.parameters()).device
-    return device
 
 
 def encode_chat(tokenizer: Any, prompt: str, max_prompt: int) -> list[int]:

@@ -194,6 +194,8 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     corpus = feature_data.build(generator, tokenizer, work, settings, feature_layer=feature_layer, clock=clock,
                                 deadline=data_deadline, user_text=user_text, progress=progress,
                                 max_batches=max_batches, requests=train_ids)
+    # the float32 answers to --eval-prompts reuse a float32 generator; a bfloat16 one goes first
+    float32_runner = generator if dtype == torch.float32 else None
     del generator
     phases["data_s"] = clock()
     if not corpus.train:
@@ -206,13 +208,14 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
         # float32, as the bundle's target decodes: bfloat16 answers and features measured lower
         # acceptance (0.363 against 0.404 on the SmolLM2 demo's requests, docs/draft.md)
         began = clock()
-        evaluator = _runner(target, device, torch.float32)
+        evaluator = float32_runner if float32_runner is not None else _runner(target, device, torch.float32)
         with torch.no_grad():
             eval_rows = feature_data.answer_all(evaluator, tokenizer, eval_ids, settings,
                                                 feature_layer=feature_layer, progress=progress,
                                                 description="the target answers your evaluation prompts")
         del evaluator
         phases["eval_prompts_s"] = clock() - began
+    del float32_runner
 
     eos = feature_data.eos_ids(target, tokenizer)
     vocab_size = min(config.vocab_size or VOCAB_SIZE, int(target_config.vocab_size))

@@ -27,6 +27,7 @@ import torch
 
 from specdec.pipeline.draft import decode_cache
 from specdec.pipeline.draft.chat_prompts import allowed
+from specdec.pipeline.draft.device import model_device
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,7 @@ def clean(texts: Iterable[str]) -> list[str]:
 def write_requests(model: Any, tokenizer: Any, start: list[int], count: int, *, seed: int,
                    stop_ids: set[int]) -> list[str]:
     """`count` sampled user turns (fewer after `clean`), deterministic for `seed` on one machine."""
-    device = next(model.parameters()).device
+    device = model_device(model)
     generator = torch.Generator().manual_seed(seed)  # the CPU's: the same requests whatever the device
     cache = decode_cache.preallocated(model, len(start) + MAX_TOKENS)
     ids = torch.tensor([start] * count, dtype=torch.int64, device=device)
