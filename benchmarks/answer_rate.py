@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from specdec.pipeline.draft import feature_data
+from specdec.pipeline.draft import feature_data, prompt_source
 from specdec.pipeline.draft.feature_stage import DATA_SHARE
 from specdec.pipeline.draft.target import load_target, resolve_target
 
@@ -85,7 +85,7 @@ def main() -> None:
     model = target if dtype == torch.float32 else copy.deepcopy(target).to(dtype)  # as `specdec draft` answers
     eos = feature_data.eos_ids(target, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
-    prompts = feature_data.PromptSource(tokenizer, settings, None).batch(0)
+    prompts = prompt_source.PromptSource(tokenizer, settings, None).batch(0)
 
     marks: list[float] = []
     began = time.perf_counter()

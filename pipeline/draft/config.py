@@ -20,7 +20,7 @@ class DraftMethod(enum.StrEnum):
 
 
 class RequestSource(enum.StrEnum):
-    """Whose chat requests a feature draft's data answers (feature_data.PromptSource)."""
+    """Whose chat requests a feature draft's data answers (prompt_source.PromptSource)."""
 
     builtin = "builtin"  # the built-in requests (chat_prompts.py): English, word lists and templates
     target = "target"  # the target writes them, sampling its own user turns (self_prompts.py)

@@ -30,7 +30,7 @@ from typing import Any
 from specdec.pipeline.bundle.staging import StagedDirectory, check_output_dir
 from specdec.pipeline.checkpoints.source import CheckpointSource
 from specdec.pipeline.draft import device as draft_device
-from specdec.pipeline.draft import feature_data, feature_eval, feature_train, report, self_prompts
+from specdec.pipeline.draft import feature_data, feature_eval, feature_train, prompt_source, report, self_prompts
 from specdec.pipeline.draft.clock import Clock, ClockKind
 from specdec.pipeline.draft.config import SELF_SHARE, DraftConfig, MadeDraft, RequestSource
 from specdec.pipeline.draft.distill import default_threads
@@ -308,9 +308,9 @@ def prompt_ids(items: list[PromptItem], tokenizer: Any, vocab: int, max_prompt: 
             if not has_template:
                 raise InputError(f"{setting(option)} prompt '{item.id}' gives messages but the target has "
                                  "no chat template", "give 'text' lines for this target")
-            ids = feature_data.encode_messages(tokenizer, item.messages, max_prompt)
+            ids = prompt_source.encode_messages(tokenizer, item.messages, max_prompt)
         elif has_template:
-            ids = feature_data.encode_chat(tokenizer, item.text or "", max_prompt)
+            ids = prompt_source.encode_chat(tokenizer, item.text or "", max_prompt)
         else:
             ids = [int(i) for i in tokenizer.encode(item.text or "")]
         if not ids:

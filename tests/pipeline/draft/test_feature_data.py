@@ -93,16 +93,3 @@ def test_greedy_picks_argmaxs_first_index_among_ties() -> None:
     logits[0, 0, [7, 300, 650]] = 100.0
     assert torch.equal(feature_data.greedy(logits), logits.argmax(-1))
     assert int(feature_data.greedy(logits)[0, 0]) == 7
-
-
-def test_the_users_requests_are_asked_first_then_the_built_in_ones(target: Path) -> None:
-    tokenizer = AutoTokenizer.from_pretrained(str(target))
-    settings = feature_data.DataSettings(batch=2, recycle_every=0, seed=4)
-    yours = [[5, 6, 7], [8], [9, 10]]
-    source = feature_data.PromptSource(tokenizer, settings, None, requests=yours)
-    asked = [source.batch(i) for i in range(4)]
-    assert asked[:2] == [[[8], [5, 6, 7]], [[9, 10]]]  # in the file's order, a batch shortest first
-    built_in = feature_data.PromptSource(tokenizer, settings, None)
-    assert asked[2:] == [built_in.batch(0), built_in.batch(1)] and source.last_kind != "your prompts"
-    resumed = feature_data.PromptSource(tokenizer, settings, None, requests=yours)
-    assert [resumed.batch(i, needed=False) for i in range(4)] == asked

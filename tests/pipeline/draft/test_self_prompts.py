@@ -11,7 +11,7 @@ import torch
 from support.placement import unplaced_tensors_on_meta
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from specdec.pipeline.draft import feature_data, self_prompts
+from specdec.pipeline.draft import feature_data, prompt_source, self_prompts
 from specdec.pipeline.draft.pruning import SUPPORTED
 
 TEMPLATE = "<sys>be brief{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
@@ -80,7 +80,7 @@ class _Writer:
 def test_a_share_of_batches_asks_the_targets_own_requests(chat_tokenizer) -> None:  # type: ignore[no-untyped-def]
     settings = feature_data.DataSettings(batch=3, recycle_every=4, self_share=0.5, seed=1)
     writer = _Writer()
-    source = feature_data.PromptSource(chat_tokenizer, settings, None, writer=writer)
+    source = prompt_source.PromptSource(chat_tokenizer, settings, None, writer=writer)
     chosen = [i for i in range(40) if source.self_written(i)]
     assert 10 < len(chosen) < 30 and not any(i % 4 == 3 for i in chosen)  # recycled batches stay recycled
     index = chosen[0]
@@ -89,9 +89,9 @@ def test_a_share_of_batches_asks_the_targets_own_requests(chat_tokenizer) -> Non
     assert rendered.startswith("<sys>be brief<user>request number") and rendered.endswith("<assistant>")
     assert writer.calls == [(settings.seed * 1_000_033 + index, 3)]
     assert source.batch(index, needed=False) == [] and len(writer.calls) == 1  # answers on disk: nothing written
-    never = feature_data.PromptSource(chat_tokenizer, feature_data.DataSettings(self_share=0.0), None, writer=writer)
+    never = prompt_source.PromptSource(chat_tokenizer, feature_data.DataSettings(self_share=0.0), None, writer=writer)
     assert not any(never.self_written(i) for i in range(40))
-    plain = feature_data.PromptSource(chat_tokenizer, settings, [1, 2, 3] * 30, writer=writer)  # the user's text
+    plain = prompt_source.PromptSource(chat_tokenizer, settings, [1, 2, 3] * 30, writer=writer)  # the user's text
     assert plain.writer is None
 
 
