@@ -12,12 +12,33 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import torch
 
 from specdec.pipeline.draft import chat_prompts, self_prompts
 
-if TYPE_CHECKING:
-    from specdec.pipeline.draft.feature_data import DataSettings, Row
+
+# What this module reads of feature_data's DataSettings and Row, as protocols: feature_data asks a
+# PromptSource for its prompts, so importing those classes here would make an import cycle.
+class PromptSettings(Protocol):
+    @property
+    def batch(self) -> int: ...
+    @property
+    def max_prompt(self) -> int: ...
+    @property
+    def recycle_every(self) -> int: ...
+    @property
+    def self_share(self) -> float: ...
+    @property
+    def seed(self) -> int: ...
+
+
+class Answered(Protocol):
+    @property
+    def ids(self) -> torch.Tensor: ...  # prompt + answer
+    @property
+    def prompt_len(self) -> int: ...
 
 
 def encode_chat(tokenizer: Any, prompt: str, max_prompt: int) -> list[int]:
@@ -45,7 +66,7 @@ class PromptSource:
     requests the target writes itself. Deterministic for a seed and the answers seen, so a resumed
     run asks what the first run asked."""
 
-    def __init__(self, tokenizer: Any, settings: DataSettings, user_text: list[int] | None,
+    def __init__(self, tokenizer: Any, settings: PromptSettings, user_text: list[int] | None,
                  writer: RequestWriter | None = None, requests: Sequence[list[int]] = ()) -> None:
         self.tokenizer, self.settings, self.user_text = tokenizer, settings, user_text
         self.yours = [list(r) for r in requests]  # not yet asked
@@ -120,7 +141,7 @@ class PromptSource:
         """Requests through the chat template, shortest first (a batch's rows pad to its longest)."""
         return sorted((encode_chat(self.tokenizer, t, self.settings.max_prompt) for t in texts), key=len)
 
-    def saw(self, rows: Sequence[Row]) -> None:
+    def saw(self, rows: Sequence[Answered]) -> None:
         self.answers += [self.tokenizer.decode(r.ids[r.prompt_len:].tolist(), skip_special_tokens=True)
                          for r in rows]
 
