@@ -18,7 +18,6 @@ TARGET: what `specdec draft` takes (a checkpoint directory, a GGUF file, `demo`,
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import platform
 import time
@@ -28,7 +27,7 @@ from typing import Any
 import torch
 
 from specdec.pipeline.draft import feature_data, prompt_source
-from specdec.pipeline.draft.feature_stage import DATA_SHARE
+from specdec.pipeline.draft.feature_stage import DATA_SHARE, answer_model
 from specdec.pipeline.draft.target import load_target, resolve_target
 
 DEFAULT_MINUTES = 30  # the feature draft's default budget
@@ -82,7 +81,7 @@ def main() -> None:
     config, tokenizer, target = load_target(resolve_target(args.target), lambda _: None)
     settings = feature_data.DataSettings(batch=args.rows)
     dtype = feature_data.fastest_dtype(int(config.hidden_size), int(config.intermediate_size))
-    model = target if dtype == torch.float32 else copy.deepcopy(target).to(dtype)  # as `specdec draft` answers
+    model = answer_model(target, torch.device("cpu"), dtype)  # as `specdec draft` answers
     eos = feature_data.eos_ids(target, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
     prompts = prompt_source.PromptSource(tokenizer, settings, None).batch(0)

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from specdec.pipeline.draft.device import model_device
 from specdec.pipeline.draft.feature_chain import chain
 from specdec.pipeline.draft.feature_data import Row
 
@@ -32,7 +33,7 @@ TOPK = (1, 2, 4, 8)
 def match_table(draft: Any, row: Row, depth: int, bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(match [T, depth] bool, rank of the target's token at depth 1 [T]) for one row, drafted on the
     draft's device, returned on the CPU."""
-    device = draft.fc.weight.device
+    device = model_device(draft)
     count = len(row.labels)
     input_ids = torch.zeros(1, count + depth - 1, dtype=torch.int64, device=device)
     input_ids[0, :count] = row.ids[:count].to(device)

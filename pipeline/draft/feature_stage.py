@@ -184,7 +184,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
                              int(target_config.vocab_size)) if config.calib else None)
     dtype = feature_data.fastest_dtype(int(target_config.hidden_size), int(target_config.intermediate_size),
                                        device=device)
-    generator = _runner(target, device, dtype)
+    generator = answer_model(target, device, dtype)
     prompts = config.max_prompts or (None if budget_s is not None else PROMPTS_WITHOUT_BUDGET)
     batch = min(settings.batch, prompts) if prompts else settings.batch
     settings = feature_data.DataSettings(**{**settings.__dict__, "batch": batch})
@@ -208,7 +208,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
         # float32, as the bundle's target decodes: bfloat16 answers and features measured lower
         # acceptance (0.363 against 0.404 on the SmolLM2 demo's requests, docs/draft.md)
         began = clock()
-        evaluator = float32_runner if float32_runner is not None else _runner(target, device, torch.float32)
+        evaluator = float32_runner if float32_runner is not None else answer_model(target, device, torch.float32)
         with torch.no_grad():
             eval_rows = feature_data.answer_all(evaluator, tokenizer, eval_ids, settings,
                                                 feature_layer=feature_layer, progress=progress,
@@ -277,7 +277,7 @@ def make_feature_draft(config: DraftConfig, progress: Progress | None = None) ->
     return MadeDraft(path=path, report=result)
 
 
-def _runner(target: Any, device: Any, dtype: Any) -> Any:
+def answer_model(target: Any, device: Any, dtype: Any) -> Any:
     """The target as it answers on `device` in `dtype`: itself on the CPU in float32 (its weights stay
     on the CPU, where the draft is made from them), else a copy."""
     import torch

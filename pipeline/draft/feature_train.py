@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from specdec.pipeline.draft.device import model_device
 from specdec.pipeline.draft.feature_chain import chain
 from specdec.pipeline.draft.feature_data import Row
 from specdec.pipeline.draft.feature_loss import head_loss
@@ -199,7 +200,7 @@ def losses(draft: Any, head: torch.Tensor, batch: Batch,
     return total, stats
 
 
-def _autocast(bf16: bool, device_type: str = "cpu") -> AbstractContextManager[Any]:
+def _autocast(bf16: bool, device_type: str) -> AbstractContextManager[Any]:
     return torch.autocast(device_type, dtype=torch.bfloat16) if bf16 else nullcontext()
 
 
@@ -220,7 +221,7 @@ def init_for_training(draft: Any, seed: int) -> None:
     projections are scaled by 1/sqrt(2) for the layer's two residual branches (GPT-2's init)."""
     generator = torch.Generator().manual_seed(seed + 1)  # the CPU's: the same start on any device
     hidden = draft.config.hidden_size
-    device = draft.fc.weight.device
+    device = model_device(draft)
     with torch.no_grad():
         draft.fc.weight.copy_(torch.randn(draft.fc.weight.shape, generator=generator, device="cpu") * 0.02)
         draft.fc.weight[:, hidden:] += torch.eye(hidden, device=device)
@@ -248,7 +249,7 @@ def train(draft: Any, rows: Sequence[Row], settings: TrainSettings, *, clock: Ca
     """Train `draft` in place, on its device, until its fixed step count (from the budget or
     `settings.steps`). Batches are assembled on the CPU from `rows` and moved there."""
     torch.manual_seed(settings.seed)
-    device = draft.fc.weight.device
+    device = model_device(draft)
     params = trainable(draft)
     head = draft.lm_head.weight.detach()
     vocab_map = vocab_index(draft.vocab, draft.config.target_vocab_size)
