@@ -10,7 +10,10 @@ alone in the same run: the decode's share of that ceiling says how many more ans
 generator could give at all on this machine. It extrapolates both to the data share of a default
 30-minute run.
 
-    .venv/bin/python benchmarks/answer_rate.py [TARGET] [--rows 128] [--threads 2]
+    .venv/bin/python benchmarks/answer_rate.py [TARGET] [--rows 128] [--prompts N] [--threads 2]
+
+`--prompts 512 --rows 256` answers the same first 512 requests as `--prompts 512 --rows 128`, in
+wider batches: whether width pays on this machine.
 
 TARGET: what `specdec draft` takes (a checkpoint directory, a GGUF file, `demo`, the default).
 """
@@ -74,35 +77,50 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("target", nargs="?", default="demo")
     parser.add_argument("--rows", type=int, default=feature_data.DataSettings.batch)
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="answer this many requests in batches of --rows (default: one batch)")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     config, tokenizer, target = load_target(resolve_target(args.target), lambda _: None)
-    settings = feature_data.DataSettings(batch=args.rows)
+    settings = feature_data.DataSettings()
     dtype = feature_data.fastest_dtype(int(config.hidden_size), int(config.intermediate_size))
     model = answer_model(target, torch.device("cpu"), dtype)  # as `specdec draft` answers
     eos = feature_data.eos_ids(target, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos))
-    prompts = prompt_source.PromptSource(tokenizer, settings, None).batch(0)
+    # the requests a default run asks first, whatever --rows: widths compare on the same requests
+    source = prompt_source.PromptSource(tokenizer, settings, None)
+    count = args.prompts or args.rows
+    prompts: list[list[int]] = []
+    while len(prompts) < count:
+        prompts += source.batch(len(prompts) // settings.batch)
+    prompts = prompts[:count]
 
-    marks: list[float] = []
-    began = time.perf_counter()
-    rows = feature_data.generate(model, prompts, max_new=settings.max_new, eos=eos,
-                                 feature_layer=int(config.num_hidden_layers) - 1, pad=int(pad),
-                                 on_prefilled=lambda: marks.append(time.perf_counter()))
-    ended = time.perf_counter()
-    prefill_s, decode_s = marks[0] - began, ended - marks[0]
-    answers = [len(r.ids) - r.prompt_len for r in rows]
+    prefill_s = decode_s = 0.0
+    answers: list[int] = []
+    context = 0
+    marks: list[float] = []  # when each batch's prompts' pass ended
+    for start in range(0, count, args.rows):
+        chunk = sorted(prompts[start:start + args.rows], key=len)  # as a batch of a run is
+        began = time.perf_counter()
+        rows = feature_data.generate(model, chunk, max_new=settings.max_new, eos=eos,
+                                     feature_layer=int(config.num_hidden_layers) - 1, pad=int(pad),
+                                     on_prefilled=lambda: marks.append(time.perf_counter()))
+        ended = time.perf_counter()
+        prefill_s, decode_s = prefill_s + marks[-1] - began, decode_s + ended - marks[-1]
+        lengths = [len(r.ids) - r.prompt_len for r in rows]
+        answers += lengths
+        # each decode step of a live row reads its padded prompt and the answer so far
+        width = max(len(p) for p in chunk)
+        context += sum(width + step for n in lengths for step in range(n))
     answer_tokens = sum(answers)
-    width = max(len(p) for p in prompts)
 
     shapes = linear_shapes(model)
     linear_flops = 2 * sum(i * o for i, o in shapes)
-    # each decode step of a live row reads its padded prompt and the answer so far: QK^T and PV
+    # QK^T and PV over the context each step read
     attention_width = int(config.num_attention_heads) * int(getattr(config, "head_dim", 0) or
                                                             config.hidden_size // config.num_attention_heads)
-    context = sum(width + step for n in answers for step in range(n))
     attention_flops = 4 * int(config.num_hidden_layers) * attention_width * context
     decode_flops = linear_flops * answer_tokens + attention_flops
     # the steps' matmuls alone at the batch's full width (rows leave as they end, so the real steps
@@ -112,7 +130,8 @@ def main() -> None:
     rate = answer_tokens / (prefill_s + decode_s)
     report = {
         "machine": {"isa": isa(), "threads": args.threads, "dtype": str(dtype).removeprefix("torch.")},
-        "batch": {"rows": len(prompts), "prompt_width": width, "answer_tokens": answer_tokens,
+        "batch": {"rows": args.rows, "prompts": count, "prompt_width": max(len(p) for p in prompts),
+                  "answer_tokens": answer_tokens,
                   "prefill_s": round(prefill_s, 2), "decode_s": round(decode_s, 2)},
         "answer_tokens_per_s": round(rate, 1),
         "decode_tokens_per_s": round(answer_tokens / decode_s, 1),

@@ -153,9 +153,9 @@ def test_answer_rate_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
     tokenizer = make_tokenizer()
     target = save(make_model("llama", len(tokenizer), layers=2, hidden=64, seed=5), tokenizer, tmp_path / "target")
-    _run(monkeypatch, "answer_rate.py", str(target), "--rows", "4", "--threads", "1")
+    _run(monkeypatch, "answer_rate.py", str(target), "--rows", "4", "--prompts", "6", "--threads", "1")
     report = json.loads(capsys.readouterr().out)
-    assert report["batch"]["rows"] == 4 and report["batch"]["answer_tokens"] > 0
+    assert report["batch"]["rows"] == 4 and report["batch"]["prompts"] == 6 and report["batch"]["answer_tokens"] > 0
     assert report["decode_share_of_ceiling"] > 0 and report["matmul_ceiling_tokens_per_s"] > 0
     measured = report["default_run_answer_tokens"]["measured"]
     assert measured == pytest.approx(report["answer_tokens_per_s"] * 30 * 60 * 0.7, rel=0.01)
